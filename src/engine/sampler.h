@@ -1,0 +1,38 @@
+#pragma once
+// Next-token sampling. Order as llama.cpp's default chain: repetition penalty → top-k → top-p → min-p →
+// temperature → draw. temperature <= 0 is greedy (argmax after the penalty).
+#include <cstdint>
+#include <deque>
+#include <random>
+#include <vector>
+
+namespace kvtax {
+
+struct SamplerOptions {
+  float temperature = 0.0f;
+  int top_k = 40;          // <= 0: off
+  float top_p = 0.95f;     // >= 1: off
+  float min_p = 0.05f;     // <= 0: off
+  float repeat_penalty = 1.0f;  // 1: off
+  int repeat_last_n = 64;
+  uint64_t seed = 0;
+};
+
+class Sampler {
+ public:
+  explicit Sampler(const SamplerOptions& o);
+  // Picks the next token from logits[n_vocab] (logits are not modified) and remembers it for the penalty.
+  int32_t sample(const float* logits, int n_vocab);
+  void accept(int32_t token);  // add a prompt token to the penalty window
+  void reset();
+
+ private:
+  SamplerOptions o_;
+  std::mt19937_64 rng_;
+  std::deque<int32_t> recent_;
+  std::vector<std::pair<float, int32_t>> cand_;
+};
+
+int32_t argmax(const float* logits, int n);
+
+}  // namespace kvtax

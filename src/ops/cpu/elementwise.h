@@ -1,0 +1,32 @@
+#pragma once
+// The small per-token operations of a transformer block. They are a few percent of decode time; plain
+// loops the compiler vectorises are enough.
+#include <cstdint>
+#include <vector>
+
+#include "model/config.h"
+
+namespace kvtax {
+
+// out[i] = x[i] / rms(x) * w[i], for n values (out may alias x).
+void rmsnorm(const float* x, const float* w, float* out, int n, float eps);
+
+void add_inplace(float* x, const float* y, int64_t n);       // x += y
+void silu_mul_inplace(float* gate, const float* up, int64_t n); // gate = silu(gate) * up
+
+// Precomputed rotary angles for one model: per position, cos/sin for rope_dim/2 frequencies.
+class Rope {
+ public:
+  Rope(const ModelConfig& c, const float* freq_factors /* rope_freqs.weight or nullptr */);
+  // Rotates n_heads vectors of head_dim values (only the first rope_dim dims) at position pos.
+  void apply(float* x, int n_heads, int head_dim, int64_t pos) const;
+ private:
+  RopeKind kind_;
+  int dim_;
+  std::vector<float> inv_freq_;  // theta_i per pair, scaling and freq factors applied
+  float mscale_ = 1.0f;          // YaRN magnitude correction
+  std::vector<float> ramp_;      // YaRN extrapolation mix per pair (empty unless yarn)
+  std::vector<float> inv_freq_extrap_;
+};
+
+}  // namespace kvtax
