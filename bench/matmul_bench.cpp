@@ -1,0 +1,163 @@
+// Matmul throughput: decode matvecs as GB/s of weight bytes streamed (compare with the read
+// bandwidth measured by BM_ReadBandwidth in the same run) and 512-token prefill as GFLOP/s.
+// Weights rotate over enough copies to exceed the last-level cache, so decode reads come from DRAM.
+#include <benchmark/benchmark.h>
+#include <immintrin.h>
+
+#include <cstring>
+#include <memory>
+#include <random>
+#include <vector>
+
+#include "core/cpu.h"
+#include "core/thread_pool.h"
+#include "ggml/quants.h"
+#include "ops/cpu/matmul.h"
+
+using namespace kvtax;
+
+namespace {
+
+constexpr size_t kRotateBytes = size_t(256) << 20;  // > any L3 we expect to run on
+
+struct AlignedFree {
+  void operator()(uint8_t* p) const { std::free(p); }
+};
+using Buffer = std::unique_ptr<uint8_t, AlignedFree>;
+Buffer alloc(size_t bytes) {
+  return Buffer(static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64)));
+}
+
+std::vector<float> random_floats(size_t n, uint32_t seed) {
+  std::mt19937 rng(seed);
+  std::normal_distribution<float> d(0, 1);
+  std::vector<float> v(n);
+  for (auto& x : v) x = d(rng);
+  return v;
+}
+
+// rows x cols weights of type t: 16 distinct random rows repeated (content does not affect speed).
+Buffer make_weights(GgmlType t, int64_t rows, int64_t cols) {
+  const size_t stride = ggml_row_bytes(t, uint64_t(cols));
+  Buffer buf = alloc(stride * size_t(rows));
+  const auto src = random_floats(size_t(16 * cols), 1);
+  for (int64_t r = 0; r < std::min<int64_t>(16, rows); ++r)
+    quantize_row(t, src.data() + r * cols, buf.get() + size_t(r) * stride, cols);
+  for (int64_t r = 16; r < rows; ++r) std::memcpy(buf.get() + size_t(r) * stride, buf.get() + size_t(r % 16) * stride, stride);
+  return buf;
+}
+
+ThreadPool& pool(int n) {
+  static std::unique_ptr<ThreadPool> p;
+  if (!p || p->size() != n) p = std::make_unique<ThreadPool>(n);
+  return *p;
+}
+
+__attribute__((target("avx2"))) uint64_t read_sum_avx2(const uint8_t* p, size_t n) {
+  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
+  for (size_t i = 0; i + 128 <= n; i += 128) {
+    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
+    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
+    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
+    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
+  }
+  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
+  return uint64_t(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
+                  _mm256_extract_epi64(s, 3));
+}
+
+uint64_t read_sum_scalar(const uint8_t* p, size_t n) {
+  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
+  const auto* q = reinterpret_cast<const uint64_t*>(p);
+  for (size_t i = 0; i + 4 <= n / 8; i += 4) s0 += q[i], s1 += q[i + 1], s2 += q[i + 2], s3 += q[i + 3];
+  return s0 + s1 + s2 + s3;
+}
+
+// Machine read bandwidth: every thread sums its contiguous share of a buffer larger than the LLC.
+void BM_ReadBandwidth(benchmark::State& state) {
+  const int nth = int(state.range(0));
+  static Buffer buf;
+  if (!buf) {
+    buf = alloc(kRotateBytes);
+    std::memset(buf.get(), 1, kRotateBytes);
+  }
+  ThreadPool& p = pool(nth);
+  std::vector<uint64_t> sink(static_cast<size_t>(nth));
+  for (auto _ : state) {
+    p.run([&](int tid, int n) {
+      const size_t chunk = kRotateBytes / size_t(n) / 128 * 128;
+      const uint8_t* base = buf.get() + chunk * size_t(tid);
+      sink[size_t(tid)] += cpu().avx2 ? read_sum_avx2(base, chunk) : read_sum_scalar(base, chunk);
+    });
+    benchmark::DoNotOptimize(sink.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(kRotateBytes));
+}
+
+// Decode: one token, rows x 4096 weights, rotating over copies that together exceed the LLC.
+void BM_Decode(benchmark::State& state) {
+  const auto type = GgmlType(state.range(0));
+  const int64_t rows = state.range(1), cols = 4096;
+  const int nth = int(state.range(2));
+  const size_t bytes = ggml_row_bytes(type, uint64_t(cols)) * size_t(rows);
+  const size_t copies = std::max<size_t>(1, (kRotateBytes + bytes - 1) / bytes);
+  std::vector<Buffer> w;
+  w.push_back(make_weights(type, rows, cols));
+  for (size_t i = 1; i < copies; ++i) {
+    w.push_back(alloc(bytes));
+    std::memcpy(w.back().get(), w[0].get(), bytes);
+  }
+  const auto x = random_floats(size_t(cols), 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  ThreadPool& p = pool(nth);
+  size_t i = 0;
+  for (auto _ : state) {
+    matmul({type, w[i].get(), rows, cols}, x.data(), 1, y.data(), p);
+    benchmark::DoNotOptimize(y.data());
+    i = (i + 1) % copies;
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+  state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_name(simd_level()));
+}
+
+// Prefill: 512 tokens through a 4096 x 4096 matrix; reports GFLOP/s (2 flops per weight per token).
+void BM_Prefill(benchmark::State& state) {
+  const auto type = GgmlType(state.range(0));
+  const int64_t rows = 4096, cols = 4096, ntok = 512;
+  const int nth = int(state.range(1));
+  const Buffer w = make_weights(type, rows, cols);
+  const auto x = random_floats(size_t(ntok * cols), 3);
+  std::vector<float> y(static_cast<size_t>(ntok * rows));
+  ThreadPool& p = pool(nth);
+  for (auto _ : state) {
+    matmul({type, w.get(), rows, cols}, x.data(), ntok, y.data(), p);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.counters["GFLOP/s"] =
+      benchmark::Counter(2.0 * double(rows * cols * ntok) * double(state.iterations()), benchmark::Counter::kIsRate,
+                         benchmark::Counter::kIs1000);
+  state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_name(simd_level()));
+}
+
+const GgmlType kTypes[] = {GgmlType::F32,  GgmlType::F16,  GgmlType::BF16, GgmlType::Q8_0,
+                           GgmlType::Q4_0, GgmlType::Q4_K, GgmlType::Q5_K, GgmlType::Q6_K};
+
+void decode_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "rows", "threads"});
+  for (GgmlType t : kTypes)
+    for (int64_t rows : {4096, 14336})
+      for (int nth : {1, 2}) b->Args({int64_t(t), rows, nth});
+}
+
+void prefill_args(benchmark::internal::Benchmark* b) {
+  b->ArgNames({"type", "threads"});
+  for (GgmlType t : kTypes) b->Args({int64_t(t), 2});
+}
+
+}  // namespace
+
+BENCHMARK(BM_ReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
+BENCHMARK(BM_Decode)->Apply(decode_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_Prefill)->Apply(prefill_args)->UseRealTime()->Unit(benchmark::kMillisecond);
+
+BENCHMARK_MAIN();
