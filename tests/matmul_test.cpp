@@ -85,9 +85,13 @@ struct Shape { int64_t rows, cols, ntok; };
 
 void check_type(GgmlType t, ThreadPool& pool) {
   std::vector<Shape> shapes = {{1, 256, 1},   {3, 256, 2},    {17, 4096, 5}, {130, 256, 64},
-                               {17, 14336, 1}, {3, 14336, 2}, {130, 4096, 1}, {33, 256, 7}};
+                               {17, 14336, 1}, {3, 14336, 2}, {130, 4096, 1}, {33, 256, 7},
+                               {9, 1280, 6}};  // two column panels (1024 + 256)
   if (!quantized_activations(t) || t == GgmlType::Q8_0 || t == GgmlType::Q4_0) shapes.push_back({5, 96, 3});
-  if (!quantized_activations(t)) shapes.push_back({4, 101, 5});  // float tails
+  if (!quantized_activations(t)) {
+    shapes.push_back({4, 101, 5});   // float tails
+    shapes.push_back({6, 1100, 9});  // a panel plus a short one with a tail
+  }
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     const Matrix m = make_matrix(t, s.rows, s.cols, seed++);

@@ -13,10 +13,12 @@ namespace {
 
 template <class Dot>
 void tile(const uint8_t* w, size_t w_stride, int64_t nrows, const uint8_t* act, size_t act_stride, int64_t ntok,
-          int64_t cols, float* y, int64_t y_stride) {
+          int64_t cols, float* y, int64_t y_stride, bool accumulate) {
   for (int64_t t = 0; t < ntok; ++t)
-    for (int64_t r = 0; r < nrows; ++r)
-      y[t * y_stride + r] = Dot::dot(w + size_t(r) * w_stride, act + size_t(t) * act_stride, cols);
+    for (int64_t r = 0; r < nrows; ++r) {
+      const float v = Dot::dot(w + size_t(r) * w_stride, act + size_t(t) * act_stride, cols);
+      y[t * y_stride + r] = accumulate ? y[t * y_stride + r] + v : v;
+    }
 }
 
 struct DotF32 {

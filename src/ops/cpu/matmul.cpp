@@ -1,5 +1,5 @@
 // matmul dispatch: validation, activation quantization into a reused buffer, row split over threads,
-// token chunking; plus the double-precision reference.
+// cache blocking for prefill; plus the double-precision reference.
 #include "ops/cpu/matmul.h"
 
 #include <algorithm>
@@ -12,10 +12,17 @@
 namespace kvtax {
 namespace {
 
-// Tokens per pass over a thread's rows: their activations (<= ~256 KiB) stay in L2 while the weight
-// rows stream past; a multiple of the kernels' 4-token register tile.
-int64_t token_chunk(size_t act_stride) {
-  return std::clamp<int64_t>(int64_t(size_t(256) * 1024 / act_stride) / 4 * 4, 4, 64);
+// Prefill blocking. Columns are cut into panels of kPanelCols; within a panel a block of rows
+// (<= kRowBlockBytes of weights) stays in L2 while chunks of tokens (<= kTokenChunkBytes of
+// activations) pass over it, so every weight byte comes from DRAM once per call and activations are
+// re-read from L3 once per row block. Decode (one token) streams whole rows instead.
+constexpr int64_t kPanelCols = 1024;  // a multiple of every block size (<= 256)
+constexpr size_t kRowBlockBytes = 192 * 1024;
+constexpr size_t kTokenChunkBytes = 128 * 1024;
+
+// n items of `bytes` each that fit `budget`, as a multiple of 4 (the register tile), within [4, cap].
+int64_t fit4(size_t budget, size_t bytes, int64_t cap) {
+  return std::clamp<int64_t>(int64_t(budget / std::max<size_t>(bytes, 1)) / 4 * 4, 4, std::max<int64_t>(cap, 4));
 }
 // Below this many weight values a call runs on the calling thread only (dispatch would dominate).
 constexpr int64_t kMinParallelWork = 1 << 15;
@@ -108,12 +115,25 @@ void matmul_at(SimdLevel level, const Weight& w, const float* x, int64_t n_token
     act = buf;
   }
 
-  const int64_t chunk = token_chunk(act_stride);
+  const GgmlType act_type = kind == mm::Act::f32 ? GgmlType::F32 : kind == mm::Act::q8_0 ? GgmlType::Q8_0 : GgmlType::Q8_K;
   auto run_rows = [&](int64_t r0, int64_t r1) {
-    for (int64_t t0 = 0; t0 < n_tokens; t0 += chunk) {
-      const int64_t nt = std::min(chunk, n_tokens - t0);
-      tile(w.data + size_t(r0) * w_stride, w_stride, r1 - r0, act + size_t(t0) * act_stride, act_stride, nt, w.cols,
-           y + t0 * w.rows + r0, w.rows);
+    if (n_tokens == 1) {
+      tile(w.data + size_t(r0) * w_stride, w_stride, r1 - r0, act, act_stride, 1, w.cols, y + r0, w.rows, false);
+      return;
+    }
+    for (int64_t c0 = 0; c0 < w.cols; c0 += kPanelCols) {
+      const int64_t nc = std::min(kPanelCols, w.cols - c0);
+      const size_t w_off = ggml_row_bytes(w.type, uint64_t(c0)), a_off = ggml_row_bytes(act_type, uint64_t(c0));
+      const int64_t row_block = fit4(kRowBlockBytes, ggml_row_bytes(w.type, uint64_t(nc)), r1 - r0);
+      const int64_t tok_chunk = fit4(kTokenChunkBytes, ggml_row_bytes(act_type, uint64_t(nc)), 256);
+      for (int64_t rb = r0; rb < r1; rb += row_block) {
+        const int64_t nr = std::min(row_block, r1 - rb);
+        for (int64_t t0 = 0; t0 < n_tokens; t0 += tok_chunk) {
+          const int64_t nt = std::min(tok_chunk, n_tokens - t0);
+          tile(w.data + size_t(rb) * w_stride + w_off, w_stride, nr, act + size_t(t0) * act_stride + a_off,
+               act_stride, nt, nc, y + t0 * w.rows + rb, w.rows, c0 > 0);
+        }
+      }
     }
   };
   if (pool.size() == 1 || w.rows * w.cols * std::min<int64_t>(n_tokens, 8) < kMinParallelWork) {

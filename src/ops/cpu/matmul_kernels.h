@@ -8,10 +8,11 @@ namespace kvtax::mm {
 // Which activation encoding a weight type's kernel consumes.
 enum class Act { f32, q8_0, q8_k };
 
-// Computes y[t*y_stride + r] for r < nrows, t < ntok. w: first row of the tile, rows w_stride bytes
-// apart. act: first token's activations (encoded per Act), tokens act_stride bytes apart.
+// Computes y[t*y_stride + r] (= or += when accumulate) for r < nrows, t < ntok over `cols` columns.
+// w: first row of the tile, rows w_stride bytes apart. act: first token's activations (encoded per
+// Act), tokens act_stride bytes apart. Column panels of a wider matrix are offset pointers.
 using TileFn = void (*)(const uint8_t* w, size_t w_stride, int64_t nrows, const uint8_t* act, size_t act_stride,
-                        int64_t ntok, int64_t cols, float* y, int64_t y_stride);
+                        int64_t ntok, int64_t cols, float* y, int64_t y_stride, bool accumulate);
 // Encodes n floats (a multiple of 32 / 256) as Q8_0 / Q8_K blocks.
 using QuantFn = void (*)(const float* x, void* out, int64_t n);
 
