@@ -1,0 +1,149 @@
+// Decode attention alone (one query row) over the KV cache, every codec, at several depths.
+// Reports time per call, GB/s of KV bytes the call must read, and that as a fraction of this machine's
+// read bandwidth, measured here with a plain multi-threaded read loop over a buffer far larger than L3.
+//   attn_bench [--threads 2] [--depths 4096,16384,32768,65536] [--codecs f16,q8,...] [--shapes 32/8,32/32]
+//              [--json]
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cstdio>
+#include <cstdlib>
+#include <cstring>
+#include <random>
+#include <string>
+#include <vector>
+
+#include "attn/cpu/attention.h"
+#include "core/cpu.h"
+#include "core/thread_pool.h"
+#include "core/timer.h"
+#include "kv/cache.h"
+
+using namespace kvtax;
+
+namespace {
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    size_t b = s.find(',', a);
+    if (b == std::string::npos) b = s.size();
+    if (b > a) out.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+
+__attribute__((target("avx2"))) float sum_floats(const float* p, int64_t n) {
+  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
+  for (int64_t i = 0; i + 32 <= n; i += 32) {
+    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
+    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
+    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
+    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
+  }
+  float t[8];
+  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
+  return t[0] + t[7];
+}
+
+// GB/s of a plain read (sum) over 1 GiB, each thread its own contiguous part; best of 5.
+double read_bandwidth(ThreadPool& pool) {
+  const size_t n = size_t(1) << 30;
+  float* buf = static_cast<float*>(std::aligned_alloc(64, n));
+  pool.parallel_for(int64_t(n / 4), [&](int64_t b, int64_t e, int) {
+    for (int64_t i = b; i < e; ++i) buf[i] = float(i & 7);
+  });
+  double best = 0;
+  std::vector<float> sink(pool.size());
+  for (int rep = 0; rep < 5; ++rep) {
+    const double t0 = now_seconds();
+    pool.parallel_for(int64_t(n / 4 / 32), [&](int64_t b, int64_t e, int tid) {
+      sink[tid] = sum_floats(buf + b * 32, (e - b) * 32);
+    });
+    best = std::max(best, double(n) / (now_seconds() - t0) / 1e9);
+  }
+  std::free(buf);
+  return best;
+}
+
+}  // namespace
+
+int main(int argc, char** argv) {
+  int threads = 2;
+  std::vector<int> depths = {4096, 16384, 32768, 65536};
+  std::vector<std::string> codecs = {"f32", "f16", "bf16", "fp8", "q8", "q4", "q4r", "tq4", "tq3"};
+  std::vector<std::string> shapes = {"32/8", "32/32"};
+  bool json = false;
+  for (int i = 1; i < argc; ++i) {
+    const std::string a = argv[i];
+    auto next = [&]() -> std::string {
+      if (i + 1 >= argc) { std::fprintf(stderr, "%s needs a value\n", a.c_str()); std::exit(2); }
+      return argv[++i];
+    };
+    if (a == "--threads") threads = std::atoi(next().c_str());
+    else if (a == "--depths") { depths.clear(); for (auto& s : split(next())) depths.push_back(std::atoi(s.c_str())); }
+    else if (a == "--codecs") codecs = split(next());
+    else if (a == "--shapes") shapes = split(next());
+    else if (a == "--json") json = true;
+    else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
+  }
+  std::sort(depths.begin(), depths.end());
+  ThreadPool pool(threads);
+  const double bw = read_bandwidth(pool);
+  const int d = 128;
+  if (!json)
+    std::printf("# cpu %s, %s kernels, %d threads, plain read bandwidth %.1f GB/s\n"
+                "%-6s %-6s %7s %10s %9s %8s %7s\n", cpu_model_name().c_str(), simd_name(simd_level()), threads, bw,
+                "shape", "codec", "depth", "ms", "KV MB", "GB/s", "of bw");
+  else
+    std::printf("{\"cpu\": \"%s\", \"simd\": \"%s\", \"threads\": %d, \"read_bw_gbs\": %.2f, \"rows\": [\n",
+                cpu_model_name().c_str(), simd_name(simd_level()), threads, bw);
+  bool first = true;
+  for (const auto& shp : shapes) {
+    const int n_heads = std::atoi(shp.c_str()), n_kv = std::atoi(shp.c_str() + shp.find('/') + 1);
+    for (const auto& codec : codecs) {
+      const KvSpec spec = parse_kv_spec(codec);
+      KvCache cache(KvShape{1, n_kv, d}, spec, size_t(depths.back()));
+      std::mt19937 rng(1);
+      std::normal_distribution<float> nd;
+      const int chunk = 512;
+      std::vector<float> k(size_t(chunk) * n_kv * d), v(k.size());
+      for (auto& x : k) x = nd(rng);
+      for (auto& x : v) x = nd(rng);
+      std::vector<float> q(size_t(n_heads) * d), out(q.size());
+      for (auto& x : q) x = nd(rng);
+      for (int depth : depths) {
+        while (cache.n_past() < depth) {
+          const int n = std::min(chunk, depth - cache.n_past());
+          cache.append(0, n, k.data(), v.data());
+          cache.commit(n);
+        }
+        attention(cache, 0, q.data(), 1, n_heads, out.data(), pool);  // warm up
+        std::vector<double> ts;
+        const double t_start = now_seconds();
+        while (ts.size() < 5 || (now_seconds() - t_start < 0.5 && ts.size() < 200)) {
+          const double t0 = now_seconds();
+          attention(cache, 0, q.data(), 1, n_heads, out.data(), pool);
+          ts.push_back(now_seconds() - t0);
+        }
+        std::sort(ts.begin(), ts.end());
+        const double t = ts[ts.size() / 2];
+        const double bytes = double(depth) * cache.bytes_per_token();
+        const double gbs = bytes / t / 1e9;
+        if (!json)
+          std::printf("%-6s %-6s %7d %10.3f %9.1f %8.1f %6.0f%%\n", shp.c_str(), codec.c_str(), depth, t * 1e3,
+                      bytes / 1e6, gbs, 100.0 * gbs / bw);
+        else
+          std::printf("%s  {\"shape\": \"%s\", \"codec\": \"%s\", \"depth\": %d, \"ms\": %.4f, \"kv_bytes\": %.0f, "
+                      "\"gbs\": %.3f, \"frac_bw\": %.4f}", first ? "" : ",\n", shp.c_str(), codec.c_str(), depth,
+                      t * 1e3, bytes, gbs, gbs / bw);
+        first = false;
+        std::fflush(stdout);
+      }
+    }
+  }
+  if (json) std::printf("\n]}\n");
+  return 0;
+}

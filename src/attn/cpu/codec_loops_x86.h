@@ -1,0 +1,314 @@
+// x86 SIMD inner loops for every KV codec (256-bit vectors). Included by loops_avx2.cpp and
+// loops_avx512.cpp inside their own namespace, so each is compiled with that level's flags (the
+// AVX-512 build also gets VNNI for the int8 dots). Float codecs: decode 8/16 values, FMA with q or
+// into the output. q8/q4 K: q is quantized to int8 per 32-block and the dot is integer.
+#include <immintrin.h>
+
+#include <algorithm>
+#include <cmath>
+#include <cstring>
+
+#include "attn/cpu/loops.h"
+#include "kv/codecs/formats.h"
+
+namespace {
+
+using kvtax::attn::KLoops;
+using kvtax::attn::VLoops;
+using kvtax::attn::MathLoops;
+using kvtax::kv::CodecId;
+
+inline float hsum(__m256 v) {
+  __m128 lo = _mm_add_ps(_mm256_castps256_ps128(v), _mm256_extractf128_ps(v, 1));
+  lo = _mm_add_ps(lo, _mm_movehl_ps(lo, lo));
+  lo = _mm_add_ss(lo, _mm_movehdup_ps(lo));
+  return _mm_cvtss_f32(lo);
+}
+inline float ld_f32(const uint8_t* p) { float f; std::memcpy(&f, p, 4); return f; }
+inline float ld_f16(const uint8_t* p) { uint16_t h; std::memcpy(&h, p, 2); return _cvtsh_ss(h); }
+inline __m256 cvt_i8x8(__m128i x) { return _mm256_cvtepi32_ps(_mm256_cvtepi8_epi32(x)); }
+
+// e4m3 bytes -> the f16 with the same bits shifted into place; its value is the e4m3 value / 256
+// (also right for e4m3 subnormals, which become f16 subnormals). The 256 goes into the row gain.
+inline __m128i e4m3_to_h8(__m128i b16) {
+  const __m128i s = _mm_slli_epi16(_mm_and_si128(b16, _mm_set1_epi16(0x80)), 8);
+  const __m128i m = _mm_slli_epi16(_mm_and_si128(b16, _mm_set1_epi16(0x7f)), 7);
+  return _mm_or_si128(s, m);
+}
+
+// ---- decoders: load8(row, i) / load16(row, i, v0, v1) in stored units, gain(row) per row,
+// ---- nscales(d) block scales per row (1 = per-row gain) and scale(row, si) for V weights.
+struct DecF32 {
+  int d;
+  explicit DecF32(int d_) : d(d_) {}
+  __m256 load8(const uint8_t* r, int i) const { return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + i); }
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
+  float gain(const uint8_t*) const { return 1.0f; }
+  int nscales() const { return 1; }
+  float scale(const uint8_t*, int) const { return 1.0f; }
+};
+struct DecF16 : DecF32 {
+  using DecF32::DecF32;
+  __m256 load8(const uint8_t* r, int i) const {
+    return _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * i)));
+  }
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
+};
+struct DecBF16 : DecF32 {
+  using DecF32::DecF32;
+  __m256 load8(const uint8_t* r, int i) const {
+    const __m256i w = _mm256_cvtepu16_epi32(_mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * i)));
+    return _mm256_castsi256_ps(_mm256_slli_epi32(w, 16));
+  }
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
+};
+struct DecFP8 : DecF32 {
+  using DecF32::DecF32;
+  __m256 load8(const uint8_t* r, int i) const {
+    const __m128i b = _mm_cvtepu8_epi16(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 4 + i)));
+    return _mm256_cvtph_ps(e4m3_to_h8(b));
+  }
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 4 + i));
+    a = _mm256_cvtph_ps(e4m3_to_h8(_mm_cvtepu8_epi16(x)));
+    b = _mm256_cvtph_ps(e4m3_to_h8(_mm_cvtepu8_epi16(_mm_srli_si128(x, 8))));
+  }
+  float gain(const uint8_t* r) const { return ld_f32(r) * 256.0f; }
+  float scale(const uint8_t* r, int) const { return gain(r); }
+};
+struct DecQ8 : DecF32 {
+  using DecF32::DecF32;
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * (d / 32) + i));
+    a = cvt_i8x8(x);
+    b = cvt_i8x8(_mm_srli_si128(x, 8));
+  }
+  int nscales() const { return d / 32; }
+  float scale(const uint8_t* r, int si) const { return ld_f16(r + 2 * si); }
+};
+struct DecQ4 : DecQ8 {
+  using DecQ8::DecQ8;
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * (d / 32) + (i / 32) * 16));
+    const __m128i nib = (i & 16) ? _mm_srli_epi16(x, 4) : x;
+    const __m128i c = _mm_sub_epi8(_mm_and_si128(nib, _mm_set1_epi8(15)), _mm_set1_epi8(8));
+    a = cvt_i8x8(c);
+    b = cvt_i8x8(_mm_srli_si128(c, 8));
+  }
+};
+struct DecTQ4 : DecF32 {
+  __m256 lo, hi;
+  __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  explicit DecTQ4(int d_) : DecF32(d_) {
+    lo = _mm256_loadu_ps(kvtax::kv::tq4_levels().data());
+    hi = _mm256_loadu_ps(kvtax::kv::tq4_levels().data() + 8);
+  }
+  __m256 load8(const uint8_t* r, int i) const {
+    uint32_t u;
+    std::memcpy(&u, r + 4 + i / 2, 4);
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(u)), shifts), _mm256_set1_epi32(15));
+    const __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
+    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+  }
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
+  float gain(const uint8_t* r) const { return ld_f32(r); }
+  float scale(const uint8_t* r, int) const { return ld_f32(r); }
+};
+struct DecTQ3 : DecF32 {
+  __m256 cb;
+  __m256i shifts = _mm256_setr_epi32(0, 3, 6, 9, 12, 15, 18, 21);
+  explicit DecTQ3(int d_) : DecF32(d_) { cb = _mm256_loadu_ps(kvtax::kv::tq3_levels().data()); }
+  __m256 load8(const uint8_t* r, int i) const {
+    // 8 codes in 3 bytes; read 4 bytes ending at the group's last byte so nothing past the row is read.
+    const int g = i / 8, back = g > 0 ? 1 : 0;
+    uint32_t u;
+    std::memcpy(&u, r + 4 + 3 * g - back, 4);
+    u >>= 8 * back;
+    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(u)), shifts), _mm256_set1_epi32(7));
+    return _mm256_permutevar8x32_ps(cb, idx);
+  }
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
+  float gain(const uint8_t* r) const { return ld_f32(r); }
+  float scale(const uint8_t* r, int) const { return ld_f32(r); }
+};
+
+
+// ---- float K path
+size_t f_prep_bytes(int d) { return size_t(d) * 4; }
+void f_prep(const float* q, int d, uint8_t* dst) { std::memcpy(dst, q, size_t(d) * 4); }
+
+template <class Dec, int R>
+void dot_f(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
+  const Dec dec(d);
+  const float* qf[R];
+  for (int r = 0; r < R; ++r) qf[r] = reinterpret_cast<const float*>(q[r]);
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* row = k + t * stride;
+    __m256 a[R], b[R];
+    for (int r = 0; r < R; ++r) a[r] = b[r] = _mm256_setzero_ps();
+    for (int i = 0; i < d; i += 16) {  // two chains hide FMA latency
+      const __m256 k0 = dec.load8(row, i), k1 = dec.load8(row, i + 8);
+      for (int r = 0; r < R; ++r) {
+        a[r] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(qf[r] + i), a[r]);
+        b[r] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(qf[r] + i + 8), b[r]);
+      }
+    }
+    const float g = dec.gain(row);
+    for (int r = 0; r < R; ++r) s[r][t] = hsum(_mm256_add_ps(a[r], b[r])) * g;
+  }
+}
+
+// ---- int8 K path (q8, q4, q4r)
+size_t i8_prep_bytes(int d) { return size_t(d / 32) * 4 + size_t(d); }
+void i8_prep(const float* q, int d, uint8_t* dst) {
+  const int nb = d / 32;
+  int8_t* qi = reinterpret_cast<int8_t*>(dst + 4 * nb);
+  for (int b = 0; b < nb; ++b) {
+    float amax = 0;
+    for (int i = 0; i < 32; ++i) amax = std::max(amax, std::fabs(q[32 * b + i]));
+    const float s = amax / 127.0f, inv = amax > 0 ? 127.0f / amax : 0.0f;
+    std::memcpy(dst + 4 * b, &s, 4);
+    for (int i = 0; i < 32; ++i) qi[32 * b + i] = int8_t(std::nearbyint(std::clamp(q[32 * b + i] * inv, -127.0f, 127.0f)));
+  }
+}
+
+inline __m256i dot_i8(__m256i ax, __m256i sy) {
+#if defined(__AVX512VNNI__) && defined(__AVX512VL__)
+  return _mm256_dpbusd_epi32(_mm256_setzero_si256(), ax, sy);
+#else
+  return _mm256_madd_epi16(_mm256_maddubs_epi16(ax, sy), _mm256_set1_epi16(1));
+#endif
+}
+
+template <bool Q4, int R>
+void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
+  const int nb = d / 32;
+  const float* qs[R];
+  const int8_t* qi[R];
+  for (int r = 0; r < R; ++r) {
+    qs[r] = reinterpret_cast<const float*>(q[r]);
+    qi[r] = reinterpret_cast<const int8_t*>(q[r] + 4 * nb);
+  }
+  for (int t = 0; t < n; ++t) {
+    const uint8_t* row = k + t * stride;
+    const uint8_t* codes = row + 2 * nb;
+    __m256 a[R];
+    for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
+    for (int b = 0; b < nb; ++b) {
+      const float kd = ld_f16(row + 2 * b);
+      __m256i kq;
+      if constexpr (Q4) {
+        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
+        const __m128i m = _mm_set1_epi8(15);
+        kq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+        kq = _mm256_sub_epi8(kq, _mm256_set1_epi8(8));
+      } else {
+        kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * b));
+      }
+      const __m256i ax = _mm256_sign_epi8(kq, kq);
+      for (int r = 0; r < R; ++r) {
+        const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi[r] + 32 * b)), kq);
+        a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)), _mm256_set1_ps(kd * qs[r][b]), a[r]);
+      }
+    }
+    for (int r = 0; r < R; ++r) s[r][t] = hsum(a[r]);
+  }
+}
+
+// ---- V path: weights p[r][t] * (row or block scale) are formed once per token, then each 16-value
+// slice of the output stays in registers while the run of V rows streams past (the run is L1-resident).
+template <class Dec, int R>
+void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o) {
+  const Dec dec(d);
+  const int ns = dec.nscales();
+  alignas(32) float w[kvtax::attn::kMaxRows * 64 * 32];
+  for (int t0 = 0; t0 < n; t0 += 64) {  // runs longer than 64 rows are split
+    const int m = std::min(64, n - t0);
+    const uint8_t* base = v + size_t(t0) * stride;
+    for (int t = 0; t < m; ++t)
+      for (int si = 0; si < ns; ++si) {
+        const float sc = dec.scale(base + t * stride, si);
+        for (int r = 0; r < R; ++r) w[(r * m + t) * ns + si] = p[r][t0 + t] * sc;
+      }
+    for (int i = 0; i < d; i += 16) {
+      const int si = ns == 1 ? 0 : i / 32;
+      __m256 a0[R], a1[R];
+      for (int r = 0; r < R; ++r) {
+        a0[r] = _mm256_loadu_ps(o[r] + i);
+        a1[r] = _mm256_loadu_ps(o[r] + i + 8);
+      }
+      for (int t = 0; t < m; ++t) {
+        __m256 v0, v1;
+        dec.load16(base + t * stride, i, v0, v1);
+        for (int r = 0; r < R; ++r) {
+          const __m256 wv = _mm256_broadcast_ss(&w[(r * m + t) * ns + si]);
+          a0[r] = _mm256_fmadd_ps(wv, v0, a0[r]);
+          a1[r] = _mm256_fmadd_ps(wv, v1, a1[r]);
+        }
+      }
+      for (int r = 0; r < R; ++r) {
+        _mm256_storeu_ps(o[r] + i, a0[r]);
+        _mm256_storeu_ps(o[r] + i + 8, a1[r]);
+      }
+    }
+  }
+}
+
+template <class Dec>
+constexpr KLoops make_kf() { return {f_prep_bytes, f_prep, {dot_f<Dec, 1>, dot_f<Dec, 2>, dot_f<Dec, 3>, dot_f<Dec, 4>}}; }
+template <bool Q4>
+constexpr KLoops make_kq() { return {i8_prep_bytes, i8_prep, {dot_q<Q4, 1>, dot_q<Q4, 2>, dot_q<Q4, 3>, dot_q<Q4, 4>}}; }
+template <class Dec>
+constexpr VLoops make_v() { return {{acc_v<Dec, 1>, acc_v<Dec, 2>, acc_v<Dec, 3>, acc_v<Dec, 4>}}; }
+
+// Order follows kv::CodecId.
+const KLoops kK[] = {make_kf<DecF32>(), make_kf<DecF16>(), make_kf<DecBF16>(), make_kf<DecFP8>(), make_kq<false>(),
+                     make_kq<true>(),   make_kq<true>(),   make_kf<DecTQ4>(),  make_kf<DecTQ3>()};
+const VLoops kV[] = {make_v<DecF32>(), make_v<DecF16>(), make_v<DecBF16>(), make_v<DecFP8>(), make_v<DecQ8>(),
+                     make_v<DecQ4>(),  make_v<DecQ4>(),  make_v<DecTQ4>(),  make_v<DecTQ3>()};
+static_assert(sizeof(kK) / sizeof(kK[0]) == kvtax::kv::kNumCodecs);
+
+// exp(x) for x <= 0 (Cephes-style: 2^n * polynomial, ~1 ulp); x < -87 (and -inf) gives exactly 0.
+inline __m256 exp_neg(__m256 x) {
+  const __m256 keep = _mm256_cmp_ps(x, _mm256_set1_ps(-87.0f), _CMP_GE_OQ);
+  x = _mm256_max_ps(x, _mm256_set1_ps(-87.0f));
+  const __m256 fx = _mm256_round_ps(_mm256_mul_ps(x, _mm256_set1_ps(1.44269504088896341f)),
+                                    _MM_FROUND_TO_NEAREST_INT | _MM_FROUND_NO_EXC);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(0.693359375f), x);
+  x = _mm256_fnmadd_ps(fx, _mm256_set1_ps(-2.12194440e-4f), x);
+  __m256 y = _mm256_set1_ps(1.9875691500e-4f);
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.3981999507e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(8.3334519073e-3f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(4.1665795894e-2f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(1.6666665459e-1f));
+  y = _mm256_fmadd_ps(y, x, _mm256_set1_ps(5.0000001201e-1f));
+  y = _mm256_fmadd_ps(y, _mm256_mul_ps(x, x), _mm256_add_ps(x, _mm256_set1_ps(1.0f)));
+  const __m256i e = _mm256_slli_epi32(_mm256_add_epi32(_mm256_cvtps_epi32(fx), _mm256_set1_epi32(127)), 23);
+  return _mm256_and_ps(_mm256_mul_ps(y, _mm256_castsi256_ps(e)), keep);
+}
+
+float exp_sum(float* s, int n, float m) {
+  const __m256 mv = _mm256_set1_ps(m);
+  __m256 acc = _mm256_setzero_ps();
+  int t = 0;
+  for (; t + 8 <= n; t += 8) {
+    const __m256 e = exp_neg(_mm256_sub_ps(_mm256_loadu_ps(s + t), mv));
+    _mm256_storeu_ps(s + t, e);
+    acc = _mm256_add_ps(acc, e);
+  }
+  float sum = hsum(acc);
+  for (; t < n; ++t) {
+    s[t] = std::exp(s[t] - m);
+    sum += s[t];
+  }
+  return sum;
+}
+void scale(float* x, int n, float c) {
+  const __m256 cv = _mm256_set1_ps(c);
+  int i = 0;
+  for (; i + 8 <= n; i += 8) _mm256_storeu_ps(x + i, _mm256_mul_ps(_mm256_loadu_ps(x + i), cv));
+  for (; i < n; ++i) x[i] *= c;
+}
+const MathLoops kMath{exp_sum, scale};
+
+}  // namespace

@@ -1,0 +1,7 @@
+#include "attn/cpu/codec_loops_x86.h"
+
+namespace kvtax::attn::avx2 {
+const KLoops& k(kv::CodecId c) { return kK[int(c)]; }
+const VLoops& v(kv::CodecId c) { return kV[int(c)]; }
+const MathLoops& math() { return kMath; }
+}  // namespace kvtax::attn::avx2

@@ -1,0 +1,117 @@
+// TurboQuant-style codecs (MSE variant, no QJL residual): the row is already rotated (rotation.h), so
+// its coordinates are ~N(0, |x|^2/d). Each coordinate, normalised to unit variance, is replaced by the
+// index of the nearest level of a Lloyd-Max (MSE-optimal) scalar codebook for N(0,1).
+#include <algorithm>
+#include <array>
+#include <cmath>
+#include <cstring>
+
+#include "kv/codecs/formats.h"
+
+namespace kvtax::kv {
+
+namespace {
+
+template <int K>
+std::array<float, K> lloyd_max_gaussian() {
+  auto pdf = [](double x) { return std::exp(-0.5 * x * x) / std::sqrt(2.0 * M_PI); };
+  auto cdf = [](double x) { return 0.5 * std::erfc(-x / std::sqrt(2.0)); };
+  std::array<double, K> l;
+  for (int i = 0; i < K; ++i) l[i] = -2.5 + 5.0 * (i + 0.5) / K;
+  for (int it = 0; it < 2000; ++it) {
+    std::array<double, K + 1> t;
+    t[0] = -INFINITY;
+    t[K] = INFINITY;
+    for (int i = 1; i < K; ++i) t[i] = 0.5 * (l[i - 1] + l[i]);
+    for (int i = 0; i < K; ++i) {
+      const double pa = std::isinf(t[i]) ? 0.0 : pdf(t[i]), pb = std::isinf(t[i + 1]) ? 0.0 : pdf(t[i + 1]);
+      l[i] = (pa - pb) / (cdf(t[i + 1]) - cdf(t[i]));  // E[x | t_i < x < t_i+1]
+    }
+  }
+  std::array<float, K> out;
+  for (int i = 0; i < K; ++i) out[i] = float(l[i]);
+  return out;
+}
+
+template <int K>
+int nearest(const std::array<float, K>& lv, float u) {
+  int c = 0;
+  while (c + 1 < K && u > 0.5f * (lv[c] + lv[c + 1])) ++c;
+  return c;
+}
+
+// Encodes codes into `codes` and returns the gain.
+template <int K>
+float encode_codes(const std::array<float, K>& lv, const float* x, int d, uint8_t* codes) {
+  double n2 = 0;
+  for (int i = 0; i < d; ++i)
+    if (std::isfinite(x[i])) n2 += double(x[i]) * x[i];
+  if (!(n2 > 0) || !std::isfinite(n2)) {
+    std::fill(codes, codes + d, uint8_t(K / 2));
+    return 0.0f;
+  }
+  const double norm = std::sqrt(n2);
+  const float to_unit = float(std::sqrt(double(d)) / norm);
+  double c2 = 0;
+  for (int i = 0; i < d; ++i) {
+    const float u = std::isfinite(x[i]) ? x[i] * to_unit : 0.0f;
+    codes[i] = uint8_t(nearest<K>(lv, u));
+    c2 += double(lv[codes[i]]) * lv[codes[i]];
+  }
+  return float(norm / std::sqrt(c2));
+}
+
+}  // namespace
+
+const std::array<float, 16>& tq4_levels() {
+  static const std::array<float, 16> l = lloyd_max_gaussian<16>();
+  return l;
+}
+const std::array<float, 8>& tq3_levels() {
+  static const std::array<float, 8> l = lloyd_max_gaussian<8>();
+  return l;
+}
+
+size_t tq4_row_bytes(int d) { return 4 + size_t(d) / 2; }
+
+void tq4_encode(const float* x, int d, uint8_t* row) {
+  uint8_t codes[1024];
+  const float g = encode_codes<16>(tq4_levels(), x, d, codes);
+  std::memcpy(row, &g, 4);
+  for (int i = 0; i < d; i += 2) row[4 + i / 2] = uint8_t(codes[i] | (codes[i + 1] << 4));
+}
+
+void tq4_decode(const uint8_t* row, int d, float* y) {
+  float g;
+  std::memcpy(&g, row, 4);
+  const auto& lv = tq4_levels();
+  for (int i = 0; i < d; ++i) y[i] = g * lv[(row[4 + i / 2] >> (4 * (i & 1))) & 15];
+}
+
+size_t tq3_row_bytes(int d) { return 4 + size_t(d) * 3 / 8; }
+
+void tq3_encode(const float* x, int d, uint8_t* row) {
+  uint8_t codes[1024];
+  const float g = encode_codes<8>(tq3_levels(), x, d, codes);
+  std::memcpy(row, &g, 4);
+  for (int grp = 0; grp < d / 8; ++grp) {
+    uint32_t bits = 0;
+    for (int j = 0; j < 8; ++j) bits |= uint32_t(codes[grp * 8 + j]) << (3 * j);
+    row[4 + 3 * grp] = uint8_t(bits);
+    row[5 + 3 * grp] = uint8_t(bits >> 8);
+    row[6 + 3 * grp] = uint8_t(bits >> 16);
+  }
+}
+
+void tq3_decode(const uint8_t* row, int d, float* y) {
+  float g;
+  std::memcpy(&g, row, 4);
+  const auto& lv = tq3_levels();
+  for (int grp = 0; grp < d / 8; ++grp) {
+    const uint8_t* p = row + 4 + 3 * grp;
+    const uint32_t bits = uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
+    for (int j = 0; j < 8; ++j) y[grp * 8 + j] = g * lv[(bits >> (3 * j)) & 7];
+  }
+}
+
+}  // namespace kvtax::kv
