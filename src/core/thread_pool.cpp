@@ -40,7 +40,12 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
   generation_.fetch_add(1, std::memory_order_release);
   generation_.notify_all();
   fn(0, n_threads_);
-  while (pending_.load(std::memory_order_acquire) != 0) _mm_pause();
+  // Spin briefly, then yield: when the machine is oversubscribed the worker we wait for may need
+  // this core to finish.
+  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+    if (i < 4096) _mm_pause();
+    else std::this_thread::yield();
+  }
 }
 
 void ThreadPool::parallel_for(int64_t n, const std::function<void(int64_t, int64_t, int)>& fn) {
