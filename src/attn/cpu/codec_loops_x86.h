@@ -79,9 +79,9 @@ struct DecFP8 : DecF32 {
 struct DecQ8 : DecF32 {
   using DecF32::DecF32;
   void load16(const uint8_t* r, int i, __m256& a, __m256& b) const {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(r + 2 * (d / 32) + i));
-    a = cvt_i8x8(x);
-    b = cvt_i8x8(_mm_srli_si128(x, 8));
+    const uint8_t* c = r + 2 * (d / 32) + i;
+    a = cvt_i8x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
+    b = cvt_i8x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8)));
   }
   int nscales() const { return d / 32; }
   float scale(const uint8_t* r, int si) const { return ld_f16(r + 2 * si); }
@@ -137,24 +137,66 @@ struct DecTQ3 : DecF32 {
 size_t f_prep_bytes(int d) { return size_t(d) * 4; }
 void f_prep(const float* q, int d, uint8_t* dst) { std::memcpy(dst, q, size_t(d) * 4); }
 
+// Lane j of the result is the horizontal sum of a[j].
+inline __m256 hsum8(const __m256* a) {
+  const __m256 h01 = _mm256_hadd_ps(a[0], a[1]), h23 = _mm256_hadd_ps(a[2], a[3]);
+  const __m256 h45 = _mm256_hadd_ps(a[4], a[5]), h67 = _mm256_hadd_ps(a[6], a[7]);
+  const __m256 x = _mm256_hadd_ps(h01, h23), y = _mm256_hadd_ps(h45, h67);
+  return _mm256_add_ps(_mm256_permute2f128_ps(x, y, 0x20), _mm256_permute2f128_ps(x, y, 0x31));
+}
+
+// Tokens handled together so that (tokens x rows) = 8 independent accumulator chains: FMA latency is
+// hidden and each q slice loaded once serves several K rows.
+template <int R> constexpr int kTokensPerStep = 8 / R;
+
 template <class Dec, int R>
 void dot_f(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
   const Dec dec(d);
   const float* qf[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) qf[r] = reinterpret_cast<const float*>(q[r]);
-  for (int t = 0; t < n; ++t) {
-    const uint8_t* row = k + t * stride;
-    __m256 a[R], b[R];
-    for (int r = 0; r < R; ++r) a[r] = b[r] = _mm256_setzero_ps();
-    for (int i = 0; i < d; i += 16) {  // two chains hide FMA latency
-      const __m256 k0 = dec.load8(row, i), k1 = dec.load8(row, i + 8);
-      for (int r = 0; r < R; ++r) {
-        a[r] = _mm256_fmadd_ps(k0, _mm256_loadu_ps(qf[r] + i), a[r]);
-        b[r] = _mm256_fmadd_ps(k1, _mm256_loadu_ps(qf[r] + i + 8), b[r]);
+  constexpr int TT = kTokensPerStep<R>;
+  int t = 0;
+  if constexpr (TT * R == 8) {
+    for (; t + TT <= n; t += TT) {
+      const uint8_t* row = k + t * stride;
+      __m256 a[8];
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+      for (int i = 0; i < d; i += 8) {
+        __m256 qv[R];
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_ps(qf[r] + i);
+        #pragma GCC unroll 8
+        for (int tt = 0; tt < TT; ++tt) {
+          const __m256 kv = dec.load8(row + tt * stride, i);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) a[tt * R + r] = _mm256_fmadd_ps(kv, qv[r], a[tt * R + r]);
+        }
+      }
+      alignas(32) float res[8];
+      _mm256_store_ps(res, hsum8(a));
+      #pragma GCC unroll 8
+      for (int tt = 0; tt < TT; ++tt) {
+        const float g = dec.gain(row + tt * stride);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) s[r][t + tt] = res[tt * R + r] * g;
       }
     }
+  }
+  for (; t < n; ++t) {
+    const uint8_t* row = k + t * stride;
+    __m256 a[R];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
+    for (int i = 0; i < d; i += 8) {
+      const __m256 kv = dec.load8(row, i);
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) a[r] = _mm256_fmadd_ps(kv, _mm256_loadu_ps(qf[r] + i), a[r]);
+    }
     const float g = dec.gain(row);
-    for (int r = 0; r < R; ++r) s[r][t] = hsum(_mm256_add_ps(a[r], b[r])) * g;
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) s[r][t] = hsum(a[r]) * g;
   }
 }
 
@@ -180,43 +222,143 @@ inline __m256i dot_i8(__m256i ax, __m256i sy) {
 #endif
 }
 
+template <bool Q4>
+inline __m256i load_codes(const uint8_t* codes, int b) {
+  if constexpr (Q4) {
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
+    const __m128i m = _mm_set1_epi8(15);
+    const __m256i kq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+    return _mm256_sub_epi8(kq, _mm256_set1_epi8(8));
+  } else {
+    return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * b));
+  }
+}
+
 template <bool Q4, int R>
 void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
   const int nb = d / 32;
   const float* qs[R];
   const int8_t* qi[R];
+  #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) {
     qs[r] = reinterpret_cast<const float*>(q[r]);
     qi[r] = reinterpret_cast<const int8_t*>(q[r] + 4 * nb);
   }
-  for (int t = 0; t < n; ++t) {
+  constexpr int TT = kTokensPerStep<R>;
+  int t = 0;
+  if constexpr (TT * R == 8) {
+    for (; t + TT <= n; t += TT) {
+      const uint8_t* row = k + t * stride;
+      __m256 a[8];
+      #pragma GCC unroll 8
+      for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
+      for (int b = 0; b < nb; ++b) {
+        __m256i qv[R];
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi[r] + 32 * b));
+        #pragma GCC unroll 8
+        for (int tt = 0; tt < TT; ++tt) {
+          const uint8_t* rw = row + tt * stride;
+          const float kd = ld_f16(rw + 2 * b);
+          const __m256i kq = load_codes<Q4>(rw + 2 * nb, b);
+          const __m256i ax = _mm256_sign_epi8(kq, kq);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) {
+            const __m256i sy = _mm256_sign_epi8(qv[r], kq);
+            a[tt * R + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)), _mm256_set1_ps(kd * qs[r][b]),
+                                            a[tt * R + r]);
+          }
+        }
+      }
+      alignas(32) float res[8];
+      _mm256_store_ps(res, hsum8(a));
+      #pragma GCC unroll 8
+      for (int tt = 0; tt < TT; ++tt)
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) s[r][t + tt] = res[tt * R + r];
+    }
+  }
+  for (; t < n; ++t) {
     const uint8_t* row = k + t * stride;
-    const uint8_t* codes = row + 2 * nb;
     __m256 a[R];
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
       const float kd = ld_f16(row + 2 * b);
-      __m256i kq;
-      if constexpr (Q4) {
-        const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
-        const __m128i m = _mm_set1_epi8(15);
-        kq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
-        kq = _mm256_sub_epi8(kq, _mm256_set1_epi8(8));
-      } else {
-        kq = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * b));
-      }
+      const __m256i kq = load_codes<Q4>(row + 2 * nb, b);
       const __m256i ax = _mm256_sign_epi8(kq, kq);
+      #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
         const __m256i sy = _mm256_sign_epi8(_mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi[r] + 32 * b)), kq);
         a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)), _mm256_set1_ps(kd * qs[r][b]), a[r]);
       }
     }
+    #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) s[r][t] = hsum(a[r]);
   }
 }
 
 // ---- V path: weights p[r][t] * (row or block scale) are formed once per token, then each 16-value
 // slice of the output stays in registers while the run of V rows streams past (the run is L1-resident).
+// Output slice width (in 16-value halves) and token parity sets per row count, so that R x slices x sets
+// = 8 independent accumulator chains.
+template <int R> constexpr int kHalves = R <= 2 ? 2 : 1;
+template <int R> constexpr int kSets = R == 1 ? 2 : 1;
+
+template <class Dec, int R, int NH, int P>
+void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d, const float* w, int ns, float* const* o) {
+  constexpr int W = 16 * NH;
+  for (int i = 0; i < d; i += W) {
+    const int si = ns == 1 ? 0 : i / 32;
+    __m256 a[P][R][2 * NH];
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      #pragma GCC unroll 8
+      for (int j = 0; j < 2 * NH; ++j) {
+        a[0][r][j] = _mm256_loadu_ps(o[r] + i + 8 * j);
+        #pragma GCC unroll 8
+        for (int ps = 1; ps < P; ++ps) a[ps][r][j] = _mm256_setzero_ps();
+      }
+    int t = 0;
+    for (; t + P <= m; t += P)
+      #pragma GCC unroll 8
+      for (int ps = 0; ps < P; ++ps) {
+        const uint8_t* row = base + (t + ps) * stride;
+        __m256 v[2 * NH];
+        #pragma GCC unroll 8
+        for (int h = 0; h < NH; ++h) dec.load16(row, i + 16 * h, v[2 * h], v[2 * h + 1]);
+        #pragma GCC unroll 8
+        for (int r = 0; r < R; ++r) {
+          const __m256 wv = _mm256_broadcast_ss(&w[(r * m + t + ps) * ns + si]);
+          #pragma GCC unroll 8
+          for (int j = 0; j < 2 * NH; ++j) a[ps][r][j] = _mm256_fmadd_ps(wv, v[j], a[ps][r][j]);
+        }
+      }
+    for (; t < m; ++t) {
+      __m256 v[2 * NH];
+      #pragma GCC unroll 8
+      for (int h = 0; h < NH; ++h) dec.load16(base + t * stride, i + 16 * h, v[2 * h], v[2 * h + 1]);
+      #pragma GCC unroll 8
+      for (int r = 0; r < R; ++r) {
+        const __m256 wv = _mm256_broadcast_ss(&w[(r * m + t) * ns + si]);
+        #pragma GCC unroll 8
+        for (int j = 0; j < 2 * NH; ++j) a[0][r][j] = _mm256_fmadd_ps(wv, v[j], a[0][r][j]);
+      }
+    }
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r)
+      #pragma GCC unroll 8
+      for (int j = 0; j < 2 * NH; ++j) {
+        __m256 x = a[0][r][j];
+        #pragma GCC unroll 8
+        for (int ps = 1; ps < P; ++ps) x = _mm256_add_ps(x, a[ps][r][j]);
+        _mm256_storeu_ps(o[r] + i + 8 * j, x);
+      }
+  }
+}
+
+// V path: weights p[r][t] * (row or block scale) are formed once per token, then each slice of the
+// output stays in registers while the run of V rows streams past (the run is L1-resident).
 template <class Dec, int R>
 void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o) {
   const Dec dec(d);
@@ -228,29 +370,13 @@ void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p,
     for (int t = 0; t < m; ++t)
       for (int si = 0; si < ns; ++si) {
         const float sc = dec.scale(base + t * stride, si);
+        #pragma GCC unroll 8
         for (int r = 0; r < R; ++r) w[(r * m + t) * ns + si] = p[r][t0 + t] * sc;
       }
-    for (int i = 0; i < d; i += 16) {
-      const int si = ns == 1 ? 0 : i / 32;
-      __m256 a0[R], a1[R];
-      for (int r = 0; r < R; ++r) {
-        a0[r] = _mm256_loadu_ps(o[r] + i);
-        a1[r] = _mm256_loadu_ps(o[r] + i + 8);
-      }
-      for (int t = 0; t < m; ++t) {
-        __m256 v0, v1;
-        dec.load16(base + t * stride, i, v0, v1);
-        for (int r = 0; r < R; ++r) {
-          const __m256 wv = _mm256_broadcast_ss(&w[(r * m + t) * ns + si]);
-          a0[r] = _mm256_fmadd_ps(wv, v0, a0[r]);
-          a1[r] = _mm256_fmadd_ps(wv, v1, a1[r]);
-        }
-      }
-      for (int r = 0; r < R; ++r) {
-        _mm256_storeu_ps(o[r] + i, a0[r]);
-        _mm256_storeu_ps(o[r] + i + 8, a1[r]);
-      }
-    }
+    if (kHalves<R> == 2 && d % 32 == 0)
+      acc_slices<Dec, R, kHalves<R>, kSets<R>>(dec, base, stride, m, d, w, ns, o);
+    else
+      acc_slices<Dec, R, 1, kSets<R>>(dec, base, stride, m, d, w, ns, o);
   }
 }
 
