@@ -120,6 +120,23 @@ void BM_Decode(benchmark::State& state) {
   state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_name(simd_level()));
 }
 
+// Decode on a 1024 x 4096 matrix that stays in the last-level cache: the kernels' compute ceiling,
+// to tell a memory-bound decode from a compute-bound one.
+void BM_DecodeHot(benchmark::State& state) {
+  const auto type = GgmlType(state.range(0));
+  const int64_t rows = 1024, cols = 4096;
+  const Buffer w = make_weights(type, rows, cols);
+  const auto x = random_floats(size_t(cols), 2);
+  std::vector<float> y(static_cast<size_t>(rows));
+  ThreadPool& p = pool(1);
+  for (auto _ : state) {
+    matmul({type, w.get(), rows, cols}, x.data(), 1, y.data(), p);
+    benchmark::DoNotOptimize(y.data());
+  }
+  state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(ggml_row_bytes(type, uint64_t(cols)) * size_t(rows)));
+  state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_name(simd_level()));
+}
+
 // Prefill: 512 tokens through a 4096 x 4096 matrix; reports GFLOP/s (2 flops per weight per token).
 void BM_Prefill(benchmark::State& state) {
   const auto type = GgmlType(state.range(0));
@@ -158,6 +175,9 @@ void prefill_args(benchmark::internal::Benchmark* b) {
 
 BENCHMARK(BM_ReadBandwidth)->ArgName("threads")->Arg(1)->Arg(2)->UseRealTime()->Unit(benchmark::kMillisecond);
 BENCHMARK(BM_Decode)->Apply(decode_args)->UseRealTime()->Unit(benchmark::kMicrosecond);
+BENCHMARK(BM_DecodeHot)->ArgName("type")->Apply([](benchmark::internal::Benchmark* b) {
+  for (GgmlType t : kTypes) b->Arg(int64_t(t));
+})->UseRealTime()->Unit(benchmark::kMicrosecond);
 BENCHMARK(BM_Prefill)->Apply(prefill_args)->UseRealTime()->Unit(benchmark::kMillisecond);
 
 BENCHMARK_MAIN();
