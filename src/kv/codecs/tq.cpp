@@ -6,6 +6,7 @@
 #include <cmath>
 #include <cstring>
 
+#include "core/error.h"
 #include "kv/codecs/formats.h"
 
 namespace kvtax::kv {
@@ -33,16 +34,26 @@ std::array<float, K> lloyd_max_gaussian() {
   return out;
 }
 
+// Decision thresholds between neighbouring levels; the code is the number of thresholds below u
+// (branch-free: the codes of Gaussian data are unpredictable).
 template <int K>
-int nearest(const std::array<float, K>& lv, float u) {
+std::array<float, K - 1> thresholds(const std::array<float, K>& lv) {
+  std::array<float, K - 1> t;
+  for (int i = 0; i + 1 < K; ++i) t[i] = 0.5f * (lv[i] + lv[i + 1]);
+  return t;
+}
+
+template <int K>
+int nearest(const std::array<float, K - 1>& thr, float u) {
   int c = 0;
-  while (c + 1 < K && u > 0.5f * (lv[c] + lv[c + 1])) ++c;
+  for (int i = 0; i + 1 < K; ++i) c += u > thr[i];
   return c;
 }
 
 // Encodes codes into `codes` and returns the gain.
 template <int K>
 float encode_codes(const std::array<float, K>& lv, const float* x, int d, uint8_t* codes) {
+  if (d <= 0 || d > 1024) fail("tq codec: head_dim {} out of range 1..1024", d);
   double n2 = 0;
   for (int i = 0; i < d; ++i)
     if (std::isfinite(x[i])) n2 += double(x[i]) * x[i];
@@ -52,10 +63,11 @@ float encode_codes(const std::array<float, K>& lv, const float* x, int d, uint8_
   }
   const double norm = std::sqrt(n2);
   const float to_unit = float(std::sqrt(double(d)) / norm);
+  const auto thr = thresholds<K>(lv);
   double c2 = 0;
   for (int i = 0; i < d; ++i) {
     const float u = std::isfinite(x[i]) ? x[i] * to_unit : 0.0f;
-    codes[i] = uint8_t(nearest<K>(lv, u));
+    codes[i] = uint8_t(nearest<K>(thr, u));
     c2 += double(lv[codes[i]]) * lv[codes[i]];
   }
   return float(norm / std::sqrt(c2));
