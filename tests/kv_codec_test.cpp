@@ -46,13 +46,14 @@ double unit_mse(const CodecInfo& c, const std::vector<float>& x, int d) {
 }
 
 struct Bound { const char* name; double gauss; double outlier; };
-// Per-unit-vector MSE bounds. Theory: f16 ~ 2^-22/3, bf16 ~ 2^-16/3, e4m3 ~ 2^-8/3 relative per value;
+// Per-unit-vector MSE bounds (measured at d=128: f16 4.4e-8, bf16 2.8e-6, fp8 6.6e-4 / 2.7e-4 outliers,
+// q8 2.8e-5 / 1.3e-4, q4 7.4e-3 / 2.1e-2, q4r 7.4e-3 / 5.0e-3, tq4 9.1e-3 / 8.1e-3, tq3 3.4e-2 / 3.0e-2). Theory: f16 ~ 2^-22/3, bf16 ~ 2^-16/3, e4m3 ~ 2^-8/3 relative per value;
 // q8 step max/127 over 32 values; q4 step max/8; tq4/tq3 Lloyd-Max distortion 0.0095 / 0.0345.
 // Outlier rows hurt the unrotated block codecs (their scale is set by the outlier) and barely move
 // the rotated ones.
 const Bound kBounds[] = {
-    {"f32", 0, 0},           {"f16", 1e-7, 1e-7},    {"bf16", 1e-5, 1e-5},  {"fp8", 1.5e-3, 1.5e-3},
-    {"q8", 6e-5, 4e-4},      {"q4", 1.2e-2, 0.1},    {"q4r", 1.2e-2, 1.5e-2}, {"tq4", 0.012, 0.012},
+    {"f32", 0, 0},           {"f16", 1e-7, 1e-7},    {"bf16", 1e-5, 1e-5},  {"fp8", 1e-3, 1e-3},
+    {"q8", 5e-5, 2e-4},      {"q4", 1e-2, 0.03},     {"q4r", 1e-2, 8e-3},   {"tq4", 0.012, 0.012},
     {"tq3", 0.04, 0.04},
 };
 
