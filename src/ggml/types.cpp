@@ -41,6 +41,9 @@ constexpr std::array kTraits = {
     GgmlTypeTraits{GgmlType::TQ1_0, "tq1_0", 256, 54},
     GgmlTypeTraits{GgmlType::TQ2_0, "tq2_0", 256, 66},
     GgmlTypeTraits{GgmlType::MXFP4, "mxfp4", 32, 17},
+    GgmlTypeTraits{GgmlType::NVFP4, "nvfp4", 64, 36},  // 4 e4m3 sub-block scales + 32 bytes of nibbles
+    GgmlTypeTraits{GgmlType::Q1_0, "q1_0", 128, 18},
+    GgmlTypeTraits{GgmlType::Q2_0, "q2_0", 64, 18},
 };
 
 bool iequal(std::string_view a, std::string_view b) {

@@ -8,6 +8,8 @@
 #include <span>
 #include <string>
 #include <string_view>
+#include <functional>
+#include <unordered_map>
 #include <vector>
 
 #include "ggml/types.h"
@@ -19,6 +21,10 @@ enum class ValueType : uint32_t {
   STRING = 8, ARRAY = 9, UINT64 = 10, INT64 = 11, FLOAT64 = 12,
 };
 std::string_view value_type_name(ValueType t);
+
+// Limits the reader enforces (besides the file size).
+inline constexpr int kMaxArrayDepth = 8;     // nesting of arrays inside arrays
+inline constexpr uint32_t kMaxDims = 4;      // ggml tensors have at most 4 dimensions
 
 // A metadata value. Scalars live in one of u/i/f/b/s according to `type`; arrays hold their
 // element type and elements (which may themselves be arrays).
@@ -99,6 +105,7 @@ class File {
   uint64_t data_offset_ = 0;
   std::vector<KeyValue> kv_;
   std::vector<TensorInfo> tensors_;
+  std::unordered_map<std::string, size_t> kv_index_, tensor_index_;
   friend class Parser;
 };
 
@@ -107,12 +114,31 @@ class Writer {
  public:
   void set(std::string key, Value v);  // replaces an existing key in place
   void add_tensor(std::string name, GgmlType type, std::vector<uint64_t> ne, std::vector<uint8_t> data);
+  // Streaming tensor: `fill` writes rows [row_begin, row_end) (ggml_row_bytes each) to dst when the
+  // file is written, a chunk at a time, so a multi-GB model never sits in memory. It may be called
+  // with any split of the rows, so it must produce each row independently of the others.
+  using RowFill = std::function<void(uint64_t row_begin, uint64_t row_end, uint8_t* dst)>;
+  void add_tensor_lazy(std::string name, GgmlType type, std::vector<uint64_t> ne, RowFill fill);
   void write(const std::string& path) const;  // throws Error; writes to path.tmp then renames
   std::vector<uint8_t> to_bytes() const;
+  const std::vector<KeyValue>& metadata() const { return kv_; }
+
  private:
+  struct Tensor {
+    std::string name; GgmlType type; std::vector<uint64_t> ne; std::vector<uint8_t> data; RowFill fill;
+    uint64_t nbytes = 0;
+  };
+  void check_new_tensor(const std::string& name, GgmlType type, const std::vector<uint64_t>& ne) const;
+  uint64_t alignment() const;
+  // Header, metadata, tensor infos and padding up to the data section; offsets[i] for each tensor.
+  std::vector<uint8_t> header(std::vector<uint64_t>& offsets) const;
+  template <typename Sink> void emit(Sink&& sink) const;
   std::vector<KeyValue> kv_;
-  struct Tensor { std::string name; GgmlType type; std::vector<uint64_t> ne; std::vector<uint8_t> data; };
   std::vector<Tensor> tensors_;
 };
+
+// A one-line rendering for listings: scalars in full (strings cut at max_chars), arrays as
+// "arr[str,151936]: ["a", "b", ...]" with the first max_items items.
+std::string format_value(const Value& v, size_t max_items = 4, size_t max_chars = 60);
 
 }  // namespace kvtax::gguf

@@ -2,6 +2,7 @@
 // Architecture hyper-parameters read from GGUF metadata ("{arch}.*" keys).
 #include <cstdint>
 #include <string>
+#include <vector>
 
 #include "gguf/gguf.h"
 
@@ -14,6 +15,8 @@ struct RopeScaling {
   float factor = 1.0f;
   float low_freq_factor = 1.0f, high_freq_factor = 4.0f;  // llama3
   uint32_t original_context = 0;                           // llama3 / yarn
+  // llama3: per-frequency divisors from the rope_freqs.weight tensor (head_dim/2 values); empty otherwise.
+  std::vector<float> freq_factors;
 };
 
 struct ModelConfig {
@@ -44,5 +47,10 @@ struct ModelConfig {
 
 // Reads and validates the config; throws kvtax::Error on missing or inconsistent keys.
 ModelConfig read_config(const gguf::File& f);
+
+// Architectures read_config() accepts, and the rope layout llama.cpp uses for an architecture.
+bool is_supported_arch(std::string_view arch);
+RopeKind rope_kind_for_arch(std::string_view arch);
+std::string_view rope_kind_name(RopeKind k);
 
 }  // namespace kvtax
