@@ -104,6 +104,23 @@ TEST(TokUnicode, Classes) {
   EXPECT_EQ(cp_class(kInvalidBase + 0xFF), 0);
 }
 
+namespace kvtax::tok {
+extern const UnicodeRun kUnicodeRuns[];
+extern const size_t kUnicodeRunCount;
+}  // namespace kvtax::tok
+
+TEST(TokUnicode, GeneratedTableIsWellFormed) {
+  ASSERT_GT(kUnicodeRunCount, 1000u);
+  EXPECT_EQ(kUnicodeRuns[0].first, 0u);
+  for (size_t i = 1; i < kUnicodeRunCount; ++i) {
+    ASSERT_LT(kUnicodeRuns[i - 1].first, kUnicodeRuns[i].first) << i;
+    ASSERT_NE(kUnicodeRuns[i - 1].cls, kUnicodeRuns[i].cls) << i;  // runs are maximal
+    const uint8_t cat = kUnicodeRuns[i].cls & 0x7F;
+    ASSERT_TRUE(cat == 0 || (cat & (cat - 1)) == 0) << i;  // at most one category bit
+  }
+  EXPECT_LT(kUnicodeRuns[kUnicodeRunCount - 1].first, 0x110000u);
+}
+
 TEST(TokUnicode, DecodesLeniently) {
   uint32_t cp;
   EXPECT_EQ(decode_utf8("\xC3\xA9", 0, cp), 2u);
