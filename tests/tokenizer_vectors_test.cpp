@@ -64,7 +64,9 @@ void check_vocab(const std::string& name) {
     EXPECT_EQ(got, c.ids) << "input: '" << c.text << "'";
     failures += got != c.ids;
     // Detokenizing gives back the input wherever the vocabulary can represent it.
-    if (got == c.ids) EXPECT_EQ(tok->decode(got), c.text) << "input: '" << c.text << "'";
+    if (got == c.ids) {
+      EXPECT_EQ(tok->decode(got), c.text) << "input: '" << c.text << "'";
+    }
   }
   EXPECT_EQ(failures, 0) << name << ": " << failures << " of " << cases.size() << " vectors differ";
 }
