@@ -4,6 +4,7 @@
 #include <benchmark/benchmark.h>
 #include <immintrin.h>
 
+#include <chrono>
 #include <cstring>
 #include <memory>
 #include <random>
@@ -73,24 +74,41 @@ uint64_t read_sum_scalar(const uint8_t* p, size_t n) {
   return s0 + s1 + s2 + s3;
 }
 
-// Machine read bandwidth: every thread sums its contiguous share of a buffer larger than the LLC.
+const uint8_t* read_buffer() {
+  static const Buffer buf = [] {
+    Buffer b = alloc(kRotateBytes);
+    std::memset(b.get(), 1, kRotateBytes);
+    return b;
+  }();
+  return buf.get();
+}
+
+// One pass of every thread summing its contiguous share of a buffer larger than the LLC.
+void read_pass(ThreadPool& p, std::vector<uint64_t>& sink) {
+  p.run([&](int tid, int n) {
+    const size_t chunk = kRotateBytes / size_t(n) / 128 * 128;
+    const uint8_t* base = read_buffer() + chunk * size_t(tid);
+    sink[size_t(tid)] += cpu().avx2 ? read_sum_avx2(base, chunk) : read_sum_scalar(base, chunk);
+  });
+  benchmark::DoNotOptimize(sink.data());
+}
+
+// Mean rate of a few read passes, in bytes/s, taken next to each decode run (a shared machine's
+// bandwidth drifts, so a figure from the start of the run would not be comparable).
+double read_bandwidth_now(ThreadPool& p) {
+  std::vector<uint64_t> sink(static_cast<size_t>(p.size()));
+  constexpr int kPasses = 4;
+  const auto t0 = std::chrono::steady_clock::now();
+  for (int i = 0; i < kPasses; ++i) read_pass(p, sink);
+  const double s = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
+  return double(kRotateBytes) * kPasses / s;
+}
+
+// Machine read bandwidth.
 void BM_ReadBandwidth(benchmark::State& state) {
-  const int nth = int(state.range(0));
-  static Buffer buf;
-  if (!buf) {
-    buf = alloc(kRotateBytes);
-    std::memset(buf.get(), 1, kRotateBytes);
-  }
-  ThreadPool& p = pool(nth);
-  std::vector<uint64_t> sink(static_cast<size_t>(nth));
-  for (auto _ : state) {
-    p.run([&](int tid, int n) {
-      const size_t chunk = kRotateBytes / size_t(n) / 128 * 128;
-      const uint8_t* base = buf.get() + chunk * size_t(tid);
-      sink[size_t(tid)] += cpu().avx2 ? read_sum_avx2(base, chunk) : read_sum_scalar(base, chunk);
-    });
-    benchmark::DoNotOptimize(sink.data());
-  }
+  ThreadPool& p = pool(int(state.range(0)));
+  std::vector<uint64_t> sink(static_cast<size_t>(p.size()));
+  for (auto _ : state) read_pass(p, sink);
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(kRotateBytes));
 }
 
@@ -110,13 +128,19 @@ void BM_Decode(benchmark::State& state) {
   const auto x = random_floats(size_t(cols), 2);
   std::vector<float> y(static_cast<size_t>(rows));
   ThreadPool& p = pool(nth);
+  const double read_bw = read_bandwidth_now(p);
   size_t i = 0;
+  const auto t0 = std::chrono::steady_clock::now();
   for (auto _ : state) {
     matmul({type, w[i].get(), rows, cols}, x.data(), 1, y.data(), p);
     benchmark::DoNotOptimize(y.data());
     i = (i + 1) % copies;
   }
+  const double secs = std::chrono::duration<double>(std::chrono::steady_clock::now() - t0).count();
   state.SetBytesProcessed(int64_t(state.iterations()) * int64_t(bytes));
+  // Achieved weight-read rate as a fraction of the read loop's rate measured just before.
+  state.counters["read_GB/s"] = read_bw / 1e9;
+  state.counters["of_read"] = double(bytes) * double(state.iterations()) / secs / read_bw;
   state.SetLabel(std::string(ggml_type_name(type)) + " " + simd_name(simd_level()));
 }
 
