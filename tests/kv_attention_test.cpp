@@ -131,6 +131,8 @@ TEST(KvAttention, ContextSizesAndShapes) {
       {"tq3", 2, 1, 64, 65, 1},      {"q8/q4", 2, 4, 128, 257, 1}, {"fp8", 4, 1, 128, 1000, 1},
       {"q4r", 2, 4, 128, 700, 130},  {"f16", 2, 1, 64, 600, 600},  {"tq4/q8", 2, 4, 64, 3000, 1},
       {"q8", 2, 4, 64, 70001, 1},
+      // head_dim not a multiple of 16 (stories260K has 8): scalar loops
+      {"f16", 4, 2, 8, 300, 1},      {"tq3/fp8", 4, 2, 8, 300, 20}, {"bf16/f32", 2, 4, 40, 129, 3},
   };
   for (const auto& cs : cases) {
     const double e = run_case(cs, simd_level(), pool, 7);

@@ -132,7 +132,9 @@ TEST(KvCache, RecentTierIsF16ThenCodec) {
 }
 
 TEST(KvCache, BadUse) {
-  EXPECT_THROW(KvCache(KvShape{1, 1, 40}, parse_kv_spec("f16"), 10), Error);   // head_dim % 16
+  EXPECT_THROW(KvCache(KvShape{1, 1, 40}, parse_kv_spec("q8"), 10), Error);    // head_dim % 32
+  EXPECT_NO_THROW(KvCache(KvShape{1, 1, 40}, parse_kv_spec("f16"), 10));
+  EXPECT_NO_THROW(KvCache(KvShape{1, 1, 8}, parse_kv_spec("tq3"), 10));      // stories260K: head_dim 8
   EXPECT_THROW(KvCache(KvShape{1, 1, 96}, parse_kv_spec("tq4"), 10), Error);   // not a power of two
   EXPECT_THROW(KvCache(KvShape{0, 1, 64}, parse_kv_spec("f16"), 10), Error);
   KvCache c(kShape, parse_kv_spec("q8"), 100);

@@ -1,6 +1,11 @@
 #include <gtest/gtest.h>
 
+#include <cstdio>
+#include <filesystem>
 #include <limits>
+#include <string>
+
+#include <nlohmann/json.hpp>
 
 #include "core/error.h"
 #include "kv/plan.h"
@@ -49,6 +54,47 @@ TEST(KvPlan, WindowPlateauAndHeadDimFilter) {
     EXPECT_GT(r.plateau_bytes, 0u);
   }
   EXPECT_EQ(rows.size(), size_t(6 * 6));
+}
+
+}  // namespace
+}  // namespace kvtax
+
+namespace kvtax {
+namespace {
+
+std::string run_capture(const std::string& cmd, int* rc) {
+  std::string out;
+  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
+  if (!p) return out;
+  char buf[4096];
+  size_t n;
+  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
+  *rc = pclose(p);
+  return out;
+}
+
+TEST(KvPlanCli, StoriesJson) {
+  const std::string model = std::string(KVTAX_SHARED_DIR) + "/fixtures/stories260K.gguf";
+  if (!std::filesystem::exists(model)) GTEST_SKIP() << "../shared absent: " << model;
+  int rc = 0;
+  const std::string out = run_capture(std::string(KVTAX_BINARY) + " plan -m " + model + " --reserve 64MiB --json", &rc);
+  ASSERT_EQ(rc, 0) << out;
+  const auto j = nlohmann::json::parse(out);
+  EXPECT_EQ(j["n_layers"], 5);
+  EXPECT_EQ(j["n_kv_heads"], 4);
+  EXPECT_EQ(j["head_dim"], 8);
+  // head_dim 8: q8/q4/q4r (32-value blocks) drop out; f32 f16 bf16 fp8 tq4 tq3 remain.
+  EXPECT_EQ(j["pairs"].size(), 36u);
+  for (const auto& p : j["pairs"]) {
+    if (p["k"] == "f16" && p["v"] == "f16") {
+      EXPECT_EQ(p["bytes_per_token"], 5.0 * 4 * 2 * 16);
+      // 64 MiB / (256 tokens * 640 B + 64 B padding) = 409 blocks
+      EXPECT_EQ(p["tokens"], 409 * 256);
+    }
+  }
+  const std::string bad = run_capture(std::string(KVTAX_BINARY) + " plan -m " + model + " --reserve 12XB", &rc);
+  EXPECT_NE(rc, 0);
+  EXPECT_NE(bad.find("bad size unit"), std::string::npos) << bad;
 }
 
 }  // namespace

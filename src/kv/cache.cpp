@@ -23,7 +23,6 @@ const kv::CodecInfo& lookup(const std::string& name) {
 void check_shape(const KvShape& s) {
   if (s.n_layers <= 0 || s.n_kv_heads <= 0 || s.head_dim <= 0 || s.n_layers > 4096 || s.n_kv_heads > 4096)
     fail("bad KV shape: layers {}, kv heads {}, head_dim {}", s.n_layers, s.n_kv_heads, s.head_dim);
-  if (s.head_dim % 16 != 0) fail("KV cache needs head_dim to be a multiple of 16, got {}", s.head_dim);
 }
 
 struct Sizes {

@@ -83,6 +83,7 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
                   ThreadPool& pool) {
   if (level > simd_level()) level = simd_level();
   const KvShape& sh = c.shape();
+  if (sh.head_dim % 16 != 0) level = SimdLevel::scalar;  // SIMD loops work on 16-value slices
   Plan p{};
   p.H = sh.n_kv_heads;
   p.d = sh.head_dim;

@@ -16,7 +16,8 @@ namespace kvtax {
 // Causal, policy-aware (window/sinks). scale = 1/sqrt(head_dim). Call it before commit when the policy
 // evicts (a needed evicted block throws).
 void attention(const KvCache&, int layer, const float* q, int n_q, int n_heads, float* out, ThreadPool& pool);
-// Same at a chosen SIMD level (tests, benchmarks); levels above the CPU's are capped.
+// Same at a chosen SIMD level (tests, benchmarks); levels above the CPU's are capped, and head_dim not a
+// multiple of 16 (tiny test models) runs the scalar loops.
 void attention_at(SimdLevel level, const KvCache&, int layer, const float* q, int n_q, int n_heads, float* out,
                   ThreadPool& pool);
 // Largest scratch (bytes) any attention call has used in this process (per-thread tiles + chunk partials).
