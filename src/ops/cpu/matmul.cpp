@@ -3,6 +3,7 @@
 #include "ops/cpu/matmul.h"
 
 #include <algorithm>
+#include <atomic>
 #include <vector>
 
 #include "core/error.h"
@@ -24,6 +25,7 @@ constexpr size_t kTokenChunkBytes = 128 * 1024;
 int64_t fit4(size_t budget, size_t bytes, int64_t cap) {
   return std::clamp<int64_t>(int64_t(budget / std::max<size_t>(bytes, 1)) / 4 * 4, 4, std::max<int64_t>(cap, 4));
 }
+constexpr int64_t kChunksPerThread = 8;
 // Below this many weight values a call runs on the calling thread only (dispatch would dominate).
 constexpr int64_t kMinParallelWork = 1 << 15;
 
@@ -140,11 +142,18 @@ void matmul_at(SimdLevel level, const Weight& w, const float* x, int64_t n_token
     run_rows(0, w.rows);
     return;
   }
-  // Contiguous row ranges on 16-row (64-byte output) boundaries so threads never share a cache line of y.
+  // Rows go out in contiguous chunks (on 16-row = 64-byte output boundaries, so threads never share
+  // a cache line of y), several per thread and claimed from a counter: a thread that is descheduled
+  // or slower (shared machine, mixed cores) leaves its remaining chunks to the others.
   const int64_t units = (w.rows + 15) / 16;
-  pool.run([&](int tid, int nth) {
-    const int64_t r0 = std::min(w.rows, units * tid / nth * 16), r1 = std::min(w.rows, units * (tid + 1) / nth * 16);
-    if (r0 < r1) run_rows(r0, r1);
+  const int64_t n_chunks = std::min<int64_t>(units, int64_t(pool.size()) * kChunksPerThread);
+  std::atomic<int64_t> next{0};
+  pool.run([&](int, int) {
+    for (int64_t c; (c = next.fetch_add(1, std::memory_order_relaxed)) < n_chunks;) {
+      const int64_t r0 = std::min(w.rows, units * c / n_chunks * 16);
+      const int64_t r1 = std::min(w.rows, units * (c + 1) / n_chunks * 16);
+      if (r0 < r1) run_rows(r0, r1);
+    }
   });
 }
 
