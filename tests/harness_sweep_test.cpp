@@ -275,3 +275,38 @@ TEST(HarnessSweep, PrefixReuseLegVerifiesHits) {
   EXPECT_EQ(kinds, (std::vector<std::string>{kKindPrefixCold, kKindPrefixWarm, kKindPrefixWarm, kKindPrefixCold}));
   fs::remove_all(dir);
 }
+
+TEST(HarnessSweep, ProgressLinesAndSummaryTable) {
+  const fs::path dir = fresh_dir("progress");
+  FakeRunner runner;
+  SweepOptions o = small_options(dir);
+  o.lengths = {1000, 3000};
+  o.passes = 1;
+  o.warmup = 0;
+  o.binding = false;
+  o.progress = true;
+  std::FILE* log = std::tmpfile();
+  std::FILE* sum = std::tmpfile();
+  ASSERT_TRUE(log && sum);
+  run_sweep(runner, o, log, sum);
+  auto read_all = [](std::FILE* f) {
+    std::rewind(f);
+    std::string s;
+    char buf[4096];
+    for (size_t n; (n = std::fread(buf, 1, sizeof buf, f)) > 0;) s.append(buf, n);
+    std::fclose(f);
+    return s;
+  };
+  const std::string l = read_all(log), s = read_all(sum);
+  // Not a terminal: one line per run with a count and an ETA, no carriage returns.
+  EXPECT_NE(l.find("transcript for 1000 tokens"), std::string::npos) << l;
+  EXPECT_NE(l.find("[1/6] f16 "), std::string::npos) << l;
+  EXPECT_NE(l.find("/6] fp8 1000 pass 1 kld: ok"), std::string::npos) << l;
+  EXPECT_NE(l.find("[6/6]"), std::string::npos) << l;
+  EXPECT_NE(l.find("ETA"), std::string::npos);
+  EXPECT_EQ(l.find('\r'), std::string::npos);
+  EXPECT_NE(s.find("decode t/s"), std::string::npos) << s;
+  EXPECT_NE(s.find("fp8"), std::string::npos);
+  EXPECT_NE(s.find("ITL slope f16"), std::string::npos);
+  fs::remove_all(dir);
+}

