@@ -116,7 +116,7 @@ int main(int argc, char** argv) {
                            uint32_t(n_vocab), uint32_t(top_k)};
   std::fwrite(hdr, sizeof hdr, 1, f);
   std::fwrite(tokens.data(), sizeof(llama_token), tokens.size(), f);
-  std::vector<int> idx(size_t(n_vocab));
+  std::vector<int> idx(static_cast<size_t>(n_vocab));
   for (const std::vector<float>& r : rows) {
     if (top_k == 0) {
       std::fwrite(r.data(), sizeof(float), r.size(), f);

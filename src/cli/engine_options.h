@@ -1,0 +1,24 @@
+#pragma once
+// Options shared by the commands that run the engine (run, bench, serve): model, threads, context, KV.
+#include <CLI/CLI.hpp>
+
+#include <string>
+
+#include "kv/cache.h"
+
+namespace kvtax::cli {
+
+struct EngineOptions {
+  std::string model;
+  int threads = 0;          // 0: all physical cores
+  int ctx = 0;              // 0: the model's trained context, capped at 32768
+  int batch = 512;          // prefill chunk
+  std::string kv, kv_k = "f16", kv_v = "f16";
+  int kv_window = 0, kv_sinks = 0, kv_recent = 0;
+
+  KvSpec kv_spec() const;   // validates; throws kvtax::Error
+};
+
+void add_engine_options(CLI::App& app, EngineOptions& o);
+
+}  // namespace kvtax::cli
