@@ -9,6 +9,8 @@
 #include <regex>
 #include <sstream>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "harness/runner.h"
 
@@ -31,7 +33,7 @@ class FakeRunner : public Runner {
   std::string describe() const override { return "fake runner (tests)"; }
   nlohmann::json model_info() const override { return {{"name", "fake"}, {"vocab", kVocab}}; }
   void check_arm(const Arm& a) const override {
-    static const char* known[] = {"f16", "fp8", "q8", "q4r", "crash", "oom", "sigkill"};
+    static const char* known[] = {"f16", "fp8", "q8", "q4r", "crash", "oom", "sigkill", "hang"};
     for (const char* k : known)
       if (a.codec == k) return;
     fail("fake runner: unknown codec '{}'", a.codec);
@@ -46,8 +48,12 @@ class FakeRunner : public Runner {
     if (req.arm.codec == "crash") std::abort();
     if (req.arm.codec == "sigkill") std::raise(SIGKILL);
     if (req.arm.codec == "oom") throw std::bad_alloc();
+    if (req.arm.codec == "hang") ::sleep(30);
     GenerateResult r;
     const size_t ctx = count_prompt_tokens(req.user_message);
+    // "oom_above=N": allocation fails past N context tokens (an arm that runs out of memory at length).
+    for (const auto& [k, v] : req.arm.extra)
+      if (k == "oom_above" && ctx > std::stoul(v)) throw std::bad_alloc();
     r.prompt_tokens = int(ctx);
     // Prefix cache: shared leading words with the last cached prompt.
     if (req.allow_prefix_cache) {

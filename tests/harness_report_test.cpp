@@ -40,8 +40,8 @@ TEST(HarnessReport, RegenerateFixture) {
   fs::remove(kFixture / "raw.jsonl");
   fake::FakeRunner runner;
   SweepOptions o;
-  o.arms = parse_arms({"f16", "q8", "q4r,recent=1024", "f16,window=1500,sinks=4"});
-  o.lengths = {1000, 2000, 4000, 8000};
+  o.arms = parse_arms({"f16", "q8,oom_above=10000", "q4r,recent=1024", "f16,window=1500,sinks=4"});
+  o.lengths = {1000, 2000, 4000, 16000};
   o.passes = 2;
   o.warmup = 1;
   o.binding_limit = 2;
@@ -90,6 +90,8 @@ TEST(HarnessReport, RendersFixtureSelfContained) {
   EXPECT_NE(html.find("cap x2"), std::string::npos);           // capacity ratio annotation
   EXPECT_NE(html.find("f16,window=1500,sinks=4"), std::string::npos);
   EXPECT_NE(html.find("class=\"miss\""), std::string::npos);   // the window arm loses early facts
+  EXPECT_NE(html.find("Failed runs"), std::string::npos);       // q8 runs out of memory at 16k
+  EXPECT_NE(html.find("(log scale)"), std::string::npos);
   // Self-contained: no scripts, no external references.
   EXPECT_EQ(html.find("<script"), std::string::npos);
   EXPECT_EQ(html.find("src="), std::string::npos);

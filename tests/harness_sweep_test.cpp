@@ -310,3 +310,69 @@ TEST(HarnessSweep, ProgressLinesAndSummaryTable) {
   EXPECT_NE(s.find("ITL slope f16"), std::string::npos);
   fs::remove_all(dir);
 }
+
+TEST(HarnessSweep, RunTimeoutKillsAStuckChild) {
+  const fs::path dir = fresh_dir("timeout");
+  FakeRunner runner;
+  SweepOptions o = small_options(dir);
+  o.arms = parse_arms({"f16", "hang"});
+  o.lengths = {1000};
+  o.passes = 1;
+  o.warmup = 0;
+  o.binding = false;
+  o.kld = false;
+  o.isolate = Isolation::process;
+  o.run_timeout_s = 0.3;
+  const SweepReport rep = run_sweep(runner, o, nullptr, nullptr);
+  const Cell* c = find_cell(rep.aggregates, "hang", 1000);
+  ASSERT_TRUE(c);
+  EXPECT_EQ(c->other, 1);
+  const ResultsFile f = read_results((dir / "raw.jsonl").string());
+  bool found = false;
+  for (const auto& r : f.runs)
+    if (r.arm == "hang") {
+      found = true;
+      EXPECT_NE(r.failure_message.find("timed out"), std::string::npos) << r.failure_message;
+      EXPECT_LT(r.wall_s, 5.0);
+    }
+  EXPECT_TRUE(found);
+  EXPECT_EQ(find_cell(rep.aggregates, "f16", 1000)->ok, 1);
+  fs::remove_all(dir);
+}
+
+TEST(HarnessSweep, BindingLimitAndTopKKld) {
+  const fs::path dir = fresh_dir("topk");
+  FakeRunner runner;
+  SweepOptions o = small_options(dir);
+  o.lengths = {1000};
+  o.passes = 1;
+  o.warmup = 0;
+  o.binding_limit = 2;
+  o.kld_top_k = 4;  // the fake returns full distributions; the harness handles either
+  const SweepReport rep = run_sweep(runner, o, nullptr, nullptr);
+  EXPECT_EQ(find_cell(rep.aggregates, "f16", 1000)->binding_asked, 2);
+  ASSERT_TRUE(find_cell(rep.aggregates, "fp8", 1000)->kld_mean.median);
+  EXPECT_GT(*find_cell(rep.aggregates, "fp8", 1000)->kld_mean.median, 0);
+  fs::remove_all(dir);
+}
+
+TEST(HarnessSweep, OomAtLengthIsRecordedApart) {
+  const fs::path dir = fresh_dir("oomlen");
+  FakeRunner runner;
+  SweepOptions o = small_options(dir);
+  o.arms = parse_arms({"f16", "q8,oom_above=3000"});
+  o.lengths = {1000, 4000};
+  o.passes = 2;
+  o.warmup = 0;
+  o.binding = false;
+  const SweepReport rep = run_sweep(runner, o, nullptr, nullptr);
+  const Cell* lo = find_cell(rep.aggregates, "q8,oom_above=3000", 1000);
+  const Cell* hi = find_cell(rep.aggregates, "q8,oom_above=3000", 4000);
+  EXPECT_EQ(lo->ok, 2);
+  EXPECT_EQ(hi->ok, 0);
+  EXPECT_EQ(hi->oom, 2);
+  EXPECT_EQ(hi->expected, 2);
+  EXPECT_FALSE(hi->metrics.at("decode_tok_s").median);
+  EXPECT_FALSE(hi->decode_change_pct);
+  fs::remove_all(dir);
+}
