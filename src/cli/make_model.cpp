@@ -23,7 +23,7 @@ const bool registered = kvtax::cli::add_command(
        for (const auto& s : kvtax::arch_specs()) archs += (archs.empty() ? "" : ", ") + s.id;
        sub.add_option("--arch", a->arch, "Architecture: " + archs)->required();
        sub.add_option("--layers", a->layers, "Number of transformer blocks (>= 1)")->capture_default_str();
-       sub.add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0, q4_0")->capture_default_str();
+       sub.add_option("--type", a->type, "Weight type: f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K")->capture_default_str();
        sub.add_option("--seed", a->seed, "Random seed (same seed, same bytes)")->capture_default_str();
        sub.add_option("--vocab", a->vocab, "GGUF to copy tokenizer.* from (default: the shared fixture for the arch)");
        sub.add_option("--threads", a->threads, "Generator threads (0: all physical cores)");
@@ -34,7 +34,7 @@ const bool registered = kvtax::cli::add_command(
          o.n_layers = a->layers;
          const auto t = kvtax::ggml_type_from_name(a->type);
          if (!t || !kvtax::make_model_supports(*t))
-           kvtax::fail("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0", a->type);
+           kvtax::fail("--type '{}' is not one of f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K", a->type);
          o.type = *t;
          o.seed = a->seed;
          o.vocab_path = a->vocab;

@@ -37,6 +37,9 @@ uint32_t file_type_id(GgmlType t) {
     case GgmlType::Q4_0: return 2;
     case GgmlType::Q8_0: return 7;
     case GgmlType::BF16: return 32;
+    case GgmlType::Q4_K: return 14;  // Q4_K_S: every matrix q4_K
+    case GgmlType::Q5_K: return 16;  // Q5_K_S
+    case GgmlType::Q6_K: return 18;
     default: fail("make-model: no file type for {}", ggml_type_name(t));
   }
 }
@@ -152,7 +155,7 @@ const ArchSpec& arch_spec(std::string_view id) {
 
 bool make_model_supports(GgmlType t) {
   return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0;
+         t == GgmlType::Q4_0 || t == GgmlType::Q4_K || t == GgmlType::Q5_K || t == GgmlType::Q6_K;
 }
 
 std::vector<float> llama3_rope_factors(uint32_t head_dim, float theta, float factor, float low_freq_factor,
@@ -200,7 +203,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
   const ArchSpec& s = opt.spec;
   if (opt.n_layers < 1) fail("make-model: --layers must be >= 1");
   if (!make_model_supports(opt.type))
-    fail("make-model: type {} is not supported (f32, f16, bf16, q8_0, q4_0)", ggml_type_name(opt.type));
+    fail("make-model: type {} is not supported (f32, f16, bf16, q8_0, q4_0, q4_K, q5_K, q6_K)", ggml_type_name(opt.type));
   if (opt.type != GgmlType::F32 && opt.type != GgmlType::F16 && opt.type != GgmlType::BF16 &&
       !can_quantize(opt.type))
     fail("make-model: quantizing to {} is not available in this build", ggml_type_name(opt.type));
