@@ -244,3 +244,32 @@ TEST(TokVocab, RejectsInconsistentVocabularies) {
   EXPECT_THROW(Tokenizer{v}, Error);
   EXPECT_THROW(Tokenizer{Vocab{}}, Error);
 }
+
+TEST(TokVocab, OddButValidVocabularies) {
+  // A merge whose result is not a token: the pair merges, then falls back to its bytes.
+  Vocab v;
+  v.kind = TokenizerKind::bpe;
+  v.pre = "gpt-2";
+  for (int b = 0; b < 256; ++b) v.tokens.emplace_back(byte_to_alphabet(uint8_t(b)));
+  v.merges = {"a b", "ab c"};
+  v.tokens.push_back("abc");
+  v.tokens.push_back("");     // empty text: never matched
+  v.tokens.push_back("abc");  // duplicate: the later id wins lookups
+  Tokenizer t(v);
+  EXPECT_EQ(t.encode("ab", false, false), (Ids{'a', 'b'}));
+  EXPECT_EQ(t.encode("abc", false, false), (Ids{258}));
+  EXPECT_EQ(t.find_token("abc"), 258);
+  EXPECT_EQ(t.find_token(""), -1);
+  EXPECT_EQ(t.decode(Ids{257, 256}), "abc");
+
+  // SPM without byte tokens: unknown characters become <unk>.
+  Vocab s;
+  s.kind = TokenizerKind::spm;
+  s.tokens = {"<unk>", "\xE2\x96\x81", "a"};
+  s.types = {int32_t(TokenType::unknown), 1, 1};
+  s.unk = 0;
+  s.add_bos = false;
+  Tokenizer ts(s);
+  EXPECT_EQ(ts.encode("a\xC3\xA9", true, false), (Ids{1, 2, 0, 0}));
+  EXPECT_EQ(ts.decode(Ids{1, 2, 0}), "a");
+}
