@@ -96,6 +96,7 @@ TEST(ChatTemplate, DetectsByMarkers) {
   EXPECT_FALSE(l2.llama2_system_tags);
   EXPECT_EQ(detect_chat_template("<|user|>{{c}}<|end|><|assistant|>", "").style, ChatStyle::phi3);
   EXPECT_EQ(detect_chat_template("", "qwen3").style, ChatStyle::qwen3);
+  EXPECT_EQ(detect_chat_template("{{'<|im_start|>' + m['role']}}", "qwen3").style, ChatStyle::qwen3);
   EXPECT_EQ(detect_chat_template("{{ something unknown }}", "llama").style, ChatStyle::chatml);
 }
 

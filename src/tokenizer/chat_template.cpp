@@ -150,7 +150,10 @@ std::string apply_chat_template(const ChatTemplate& t, const std::vector<ChatMes
 ChatTemplate detect_chat_template(std::string_view jinja, std::string_view arch) {
   ChatTemplate t;
   if (has(jinja, "<|im_start|>")) {
-    t.style = has(jinja, "<think>") || has(jinja, "enable_thinking") ? ChatStyle::qwen3 : ChatStyle::chatml;
+    // Qwen3 checkpoints always think unless told not to; their own templates carry <think>, but a
+    // Qwen3 architecture with an older ChatML template still gets the Qwen3 turn format.
+    const bool qwen3 = has(jinja, "<think>") || has(jinja, "enable_thinking") || arch == "qwen3" || arch == "qwen3moe";
+    t.style = qwen3 ? ChatStyle::qwen3 : ChatStyle::chatml;
     t.default_system = find_default_system(jinja);
   } else if (has(jinja, "<|start_header_id|>") && has(jinja, "<|end_header_id|>")) {
     t.style = ChatStyle::llama3;
