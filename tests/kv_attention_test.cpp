@@ -96,13 +96,13 @@ double run_case(const Case& cs, SimdLevel lvl, ThreadPool& pool, uint64_t seed, 
   return err / mag;
 }
 
-// q8/q4/q4r K take the int8 dot path, which quantizes q per 32-block (step max|q|/127); the codec loop
+// q8/q4/q4r/tq4 K take the int8 dot path, which quantizes q per 32-block (step max|q|/127); the codec loop
 // test bounds that error exactly, here it shows up as a small max-norm error of the output.
 constexpr double kIntTol = 5e-2;
 
 bool int_k(const std::string& spec) {
   const std::string k = parse_kv_spec(spec).k;
-  return k == "q8" || k == "q4" || k == "q4r";
+  return k == "q8" || k == "q4" || k == "q4r" || k == "tq4";
 }
 
 TEST(KvAttention, EveryCodecPairMatchesReference) {

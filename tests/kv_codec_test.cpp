@@ -189,7 +189,7 @@ TEST(KvCodecLoops, SimdMatchesScalar) {
           ks.dot[R - 1](rows.data(), rb, n, d, qps, sps);
           kx.dot[R - 1](rows.data(), rb, n, d, qpx, spx);
           // q is quantized to int8 on the integer path: error scales with sum |q_i k_i|.
-          const bool int_path = c.id == CodecId::q8 || c.id == CodecId::q4 || c.id == CodecId::q4r;
+          const bool int_path = c.id == CodecId::q8 || c.id == CodecId::q4 || c.id == CodecId::q4r || c.id == CodecId::tq4;
           std::vector<float> dec(d);
           for (int r = 0; r < R; ++r)
             for (int t = 0; t < n; ++t) {

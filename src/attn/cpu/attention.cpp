@@ -83,7 +83,9 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
                   ThreadPool& pool) {
   if (level > simd_level()) level = simd_level();
   const KvShape& sh = c.shape();
-  if (sh.head_dim % 16 != 0) level = SimdLevel::scalar;  // SIMD loops work on 16-value slices
+  const kv::CodecId kc_cold = kv::find_codec(c.spec().k)->id, hot = kv::CodecId::f16;
+  // SIMD loops work on 16-value slices; tq4's integer K dot on 32-value blocks.
+  if (sh.head_dim % 16 != 0 || (sh.head_dim % 32 != 0 && kc_cold == kv::CodecId::tq4)) level = SimdLevel::scalar;
   Plan p{};
   p.H = sh.n_kv_heads;
   p.d = sh.head_dim;
@@ -97,7 +99,6 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
   p.qt_pos = std::max(1, kTileRows / p.n_rep);
   p.n_qt = (n_q + p.qt_pos - 1) / p.qt_pos;
   p.rows_max = std::min(p.qt_pos, n_q) * p.n_rep;
-  const kv::CodecId kc_cold = kv::find_codec(c.spec().k)->id, hot = kv::CodecId::f16;
   const attn::KLoops& kl_cold = attn::k_loops(kc_cold, level);
   const attn::KLoops& kl_hot = attn::k_loops(hot, level);
   p.prep_cold = (kl_cold.prep_bytes(p.d) + 31) / 32 * 32;

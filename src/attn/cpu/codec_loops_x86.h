@@ -96,23 +96,24 @@ struct DecQ4 : DecQ8 {
     b = cvt_i8x8(_mm_srli_si128(c, 8));
   }
 };
+// tq4 codes -> int8 levels with one byte shuffle; the row gain / grid goes into the weight.
 struct DecTQ4 : DecF32 {
-  __m256 lo, hi;
-  __m256i shifts = _mm256_setr_epi32(0, 4, 8, 12, 16, 20, 24, 28);
+  __m128i lut;
+  float inv_grid;
   explicit DecTQ4(int d_) : DecF32(d_) {
-    lo = _mm256_loadu_ps(kvtax::kv::tq4_levels().data());
-    hi = _mm256_loadu_ps(kvtax::kv::tq4_levels().data() + 8);
+    lut = _mm_loadu_si128(reinterpret_cast<const __m128i*>(kvtax::kv::tq4_levels_i8().data()));
+    inv_grid = 1.0f / kvtax::kv::tq4_grid();
   }
-  __m256 load8(const uint8_t* r, int i) const {
-    uint32_t u;
-    std::memcpy(&u, r + 4 + i / 2, 4);
-    const __m256i idx = _mm256_and_si256(_mm256_srlv_epi32(_mm256_set1_epi32(int(u)), shifts), _mm256_set1_epi32(15));
-    const __m256 a = _mm256_permutevar8x32_ps(lo, idx), b = _mm256_permutevar8x32_ps(hi, idx);
-    return _mm256_blendv_ps(a, b, _mm256_castsi256_ps(_mm256_slli_epi32(idx, 28)));
+  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const {
+    const __m128i x = _mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 4 + i / 2));
+    const __m128i m = _mm_set1_epi8(15);
+    const __m128i idx = _mm_unpacklo_epi8(_mm_and_si128(x, m), _mm_and_si128(_mm_srli_epi16(x, 4), m));
+    const __m128i v = _mm_shuffle_epi8(lut, idx);
+    a = cvt_i8x8(v);
+    b = cvt_i8x8(_mm_srli_si128(v, 8));
   }
-  void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
-  float gain(const uint8_t* r) const { return ld_f32(r); }
-  float scale(const uint8_t* r, int) const { return ld_f32(r); }
+  float gain(const uint8_t* r) const { return ld_f32(r) * inv_grid; }
+  float scale(const uint8_t* r, int) const { return gain(r); }
 };
 struct DecTQ3 : DecF32 {
   __m256 cb;
@@ -202,6 +203,20 @@ void dot_f(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
 
 // ---- int8 K path (q8, q4, q4r)
 size_t i8_prep_bytes(int d) { return size_t(d / 32) * 4 + size_t(d); }
+void i8_prep(const float* q, int d, uint8_t* dst);
+// tq4: q quantized like q8's, then each block reordered to [even values, odd values] to match the codes.
+void tq4_prep(const float* q, int d, uint8_t* dst) {
+  i8_prep(q, d, dst);
+  int8_t* qi = reinterpret_cast<int8_t*>(dst + 4 * (d / 32));
+  for (int b = 0; b < d / 32; ++b) {
+    int8_t t[32];
+    for (int j = 0; j < 16; ++j) {
+      t[j] = qi[32 * b + 2 * j];
+      t[16 + j] = qi[32 * b + 2 * j + 1];
+    }
+    std::memcpy(qi + 32 * b, t, 32);
+  }
+}
 void i8_prep(const float* q, int d, uint8_t* dst) {
   const int nb = d / 32;
   int8_t* qi = reinterpret_cast<int8_t*>(dst + 4 * nb);
@@ -222,9 +237,18 @@ inline __m256i dot_i8(__m256i ax, __m256i sy) {
 #endif
 }
 
-template <bool Q4>
-inline __m256i load_codes(const uint8_t* codes, int b) {
-  if constexpr (Q4) {
+enum class IntK { q8, q4, tq4 };
+
+// 32 int8 values of block b, in the order the prepared q uses (see tq4_prep).
+template <IntK KIND>
+inline __m256i load_codes(const uint8_t* codes, int b, __m256i lut) {
+  if constexpr (KIND == IntK::tq4) {
+    // byte j holds values 2j (low nibble) and 2j+1 (high): low nibbles = even values, high = odd.
+    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
+    const __m128i m = _mm_set1_epi8(15);
+    const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
+    return _mm256_shuffle_epi8(lut, idx);
+  } else if constexpr (KIND == IntK::q4) {
     const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
     const __m128i m = _mm_set1_epi8(15);
     const __m256i kq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
@@ -234,7 +258,7 @@ inline __m256i load_codes(const uint8_t* codes, int b) {
   }
 }
 
-template <bool Q4, int R>
+template <IntK KIND, int R>
 void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
   const int nb = d / 32;
   const float* qs[R];
@@ -245,6 +269,12 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
     qi[r] = reinterpret_cast<const int8_t*>(q[r] + 4 * nb);
   }
   constexpr int TT = kTokensPerStep<R>;
+  constexpr bool kTQ = KIND == IntK::tq4;
+  const int hdr = kTQ ? 4 : 2 * nb;  // codes start after the scales (q8/q4) or the gain (tq4)
+  const __m256i lut = kTQ ? _mm256_broadcastsi128_si256(_mm_loadu_si128(
+                                reinterpret_cast<const __m128i*>(kvtax::kv::tq4_levels_i8().data())))
+                          : _mm256_setzero_si256();
+  const float inv_grid = kTQ ? 1.0f / kvtax::kv::tq4_grid() : 1.0f;
   int t = 0;
   if constexpr (TT * R == 8) {
     for (; t + TT <= n; t += TT) {
@@ -259,8 +289,8 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
         #pragma GCC unroll 8
         for (int tt = 0; tt < TT; ++tt) {
           const uint8_t* rw = row + tt * stride;
-          const float kd = ld_f16(rw + 2 * b);
-          const __m256i kq = load_codes<Q4>(rw + 2 * nb, b);
+          const float kd = kTQ ? 1.0f : ld_f16(rw + 2 * b);
+          const __m256i kq = load_codes<KIND>(rw + hdr, b, lut);
           const __m256i ax = _mm256_sign_epi8(kq, kq);
           #pragma GCC unroll 8
           for (int r = 0; r < R; ++r) {
@@ -273,9 +303,11 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
       alignas(32) float res[8];
       _mm256_store_ps(res, hsum8(a));
       #pragma GCC unroll 8
-      for (int tt = 0; tt < TT; ++tt)
+      for (int tt = 0; tt < TT; ++tt) {
+        const float g = kTQ ? ld_f32(row + tt * stride) * inv_grid : 1.0f;
         #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) s[r][t + tt] = res[tt * R + r];
+        for (int r = 0; r < R; ++r) s[r][t + tt] = res[tt * R + r] * g;
+      }
     }
   }
   for (; t < n; ++t) {
@@ -284,8 +316,8 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r) a[r] = _mm256_setzero_ps();
     for (int b = 0; b < nb; ++b) {
-      const float kd = ld_f16(row + 2 * b);
-      const __m256i kq = load_codes<Q4>(row + 2 * nb, b);
+      const float kd = kTQ ? 1.0f : ld_f16(row + 2 * b);
+      const __m256i kq = load_codes<KIND>(row + hdr, b, lut);
       const __m256i ax = _mm256_sign_epi8(kq, kq);
       #pragma GCC unroll 8
       for (int r = 0; r < R; ++r) {
@@ -293,8 +325,9 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
         a[r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)), _mm256_set1_ps(kd * qs[r][b]), a[r]);
       }
     }
+    const float g = kTQ ? ld_f32(row) * inv_grid : 1.0f;
     #pragma GCC unroll 8
-    for (int r = 0; r < R; ++r) s[r][t] = hsum(a[r]);
+    for (int r = 0; r < R; ++r) s[r][t] = hsum(a[r]) * g;
   }
 }
 
@@ -382,14 +415,18 @@ void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p,
 
 template <class Dec>
 constexpr KLoops make_kf() { return {f_prep_bytes, f_prep, {dot_f<Dec, 1>, dot_f<Dec, 2>, dot_f<Dec, 3>, dot_f<Dec, 4>}}; }
-template <bool Q4>
-constexpr KLoops make_kq() { return {i8_prep_bytes, i8_prep, {dot_q<Q4, 1>, dot_q<Q4, 2>, dot_q<Q4, 3>, dot_q<Q4, 4>}}; }
+template <IntK KIND>
+constexpr KLoops make_kq() {
+  return {i8_prep_bytes, KIND == IntK::tq4 ? tq4_prep : i8_prep,
+          {dot_q<KIND, 1>, dot_q<KIND, 2>, dot_q<KIND, 3>, dot_q<KIND, 4>}};
+}
 template <class Dec>
 constexpr VLoops make_v() { return {{acc_v<Dec, 1>, acc_v<Dec, 2>, acc_v<Dec, 3>, acc_v<Dec, 4>}}; }
 
 // Order follows kv::CodecId.
-const KLoops kK[] = {make_kf<DecF32>(), make_kf<DecF16>(), make_kf<DecBF16>(), make_kf<DecFP8>(), make_kq<false>(),
-                     make_kq<true>(),   make_kq<true>(),   make_kf<DecTQ4>(),  make_kf<DecTQ3>()};
+const KLoops kK[] = {make_kf<DecF32>(),     make_kf<DecF16>(),     make_kf<DecBF16>(),
+                     make_kf<DecFP8>(),     make_kq<IntK::q8>(),   make_kq<IntK::q4>(),
+                     make_kq<IntK::q4>(),   make_kq<IntK::tq4>(),  make_kf<DecTQ3>()};
 const VLoops kV[] = {make_v<DecF32>(), make_v<DecF16>(), make_v<DecBF16>(), make_v<DecFP8>(), make_v<DecQ8>(),
                      make_v<DecQ4>(),  make_v<DecQ4>(),  make_v<DecTQ4>(),  make_v<DecTQ3>()};
 static_assert(sizeof(kK) / sizeof(kK[0]) == kvtax::kv::kNumCodecs);

@@ -44,8 +44,11 @@ size_t q4_row_bytes(int d);
 void q4_encode(const float* x, int d, uint8_t* row);
 void q4_decode(const uint8_t* row, int d, float* y);
 
-// Lloyd-Max levels for N(0,1), ascending (computed at startup from the Gaussian density).
-const std::array<float, 16>& tq4_levels();
+// Lloyd-Max levels for N(0,1), ascending (computed at startup from the Gaussian density; tq4's snapped
+// to an int8 grid).
+const std::array<float, 16>& tq4_levels();       // = tq4_levels_i8() / tq4_grid()
+const std::array<int8_t, 16>& tq4_levels_i8();
+float tq4_grid();
 const std::array<float, 8>& tq3_levels();
 size_t tq4_row_bytes(int d);
 void tq4_encode(const float* x, int d, uint8_t* row);
