@@ -12,21 +12,34 @@ ThreadPool::ThreadPool(int n_threads) : n_threads_(n_threads > 0 ? n_threads : c
 
 ThreadPool::~ThreadPool() {
   stop_.store(true);
-  generation_.fetch_add(1);
+  generation_.fetch_add(1);  // wakes the workers; they see stop_ and exit
   generation_.notify_all();
   for (auto& t : threads_) t.join();
 }
 
-void ThreadPool::worker(int tid) {
+void ThreadPool::worker(int) {
   uint32_t seen = 0;
   for (;;) {
     // Spin first: the next job usually arrives within microseconds during decode.
     for (int i = 0; i < 20000 && generation_.load(std::memory_order_acquire) == seen; ++i) _mm_pause();
-    generation_.wait(seen, std::memory_order_acquire);
+    if (generation_.load(std::memory_order_acquire) == seen) {
+      sleepers_.fetch_add(1);
+      generation_.wait(seen, std::memory_order_acquire);
+      sleepers_.fetch_sub(1);
+    }
     seen = generation_.load(std::memory_order_acquire);
     if (stop_.load()) return;
-    (*job_)(tid, n_threads_);
-    pending_.fetch_sub(1, std::memory_order_acq_rel);
+    drain(seen);
+  }
+}
+
+void ThreadPool::drain(uint32_t gen) {
+  uint64_t v = claim_.load(std::memory_order_acquire);
+  while (uint32_t(v >> 32) == gen && int(uint32_t(v)) < n_threads_) {
+    if (!claim_.compare_exchange_weak(v, v + 1, std::memory_order_acq_rel)) continue;
+    (*job_)(int(uint32_t(v)), n_threads_);
+    done_.fetch_add(1, std::memory_order_acq_rel);
+    v = claim_.load(std::memory_order_acquire);
   }
 }
 
@@ -35,14 +48,15 @@ void ThreadPool::run(const std::function<void(int, int)>& fn) {
     fn(0, 1);
     return;
   }
+  const uint32_t gen = generation_.load(std::memory_order_relaxed) + 1;
   job_ = &fn;
-  pending_.store(n_threads_ - 1, std::memory_order_relaxed);
-  generation_.fetch_add(1, std::memory_order_release);
-  generation_.notify_all();
-  fn(0, n_threads_);
-  // Spin briefly, then yield: when the machine is oversubscribed the worker we wait for may need
-  // this core to finish.
-  for (int i = 0; pending_.load(std::memory_order_acquire) != 0; ++i) {
+  done_.store(0, std::memory_order_relaxed);
+  claim_.store(uint64_t(gen) << 32, std::memory_order_release);
+  generation_.store(gen, std::memory_order_release);
+  if (sleepers_.load() > 0) generation_.notify_all();
+  drain(gen);
+  // Every tid is claimed by now; wait for the ones other threads are still running.
+  for (int i = 0; done_.load(std::memory_order_acquire) != n_threads_; ++i) {
     if (i < 4096) _mm_pause();
     else std::this_thread::yield();
   }

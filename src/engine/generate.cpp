@@ -86,7 +86,7 @@ GenerateOutput generate(Forward& fw, const std::vector<int32_t>& prompt, const G
   double t_last = t_prefill;
   const int max_new = o.teacher ? int(o.teacher->size()) : o.max_tokens;
   for (int i = 0; i < max_new; ++i) {
-    if (o.teacher) out.logprobs.push_back(log_softmax(logits.data(), n_vocab));
+    if (o.teacher || o.want_logprobs) out.logprobs.push_back(log_softmax(logits.data(), n_vocab));
     const int32_t next = o.teacher ? (*o.teacher)[size_t(i)] : sampler.sample(logits.data(), n_vocab);
     const double now = now_seconds();
     if (i == 0) st.ttft_s = now - t0;

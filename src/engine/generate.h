@@ -20,6 +20,7 @@ struct GenerateOptions {
   std::function<bool(const std::string&)> on_text;
   // Teacher forcing: feed these tokens instead of sampling and record each position's log-softmax.
   const std::vector<int32_t>* teacher = nullptr;
+  bool want_logprobs = false;  // record each answer position's log-softmax (always on with a teacher)
 };
 
 struct GenerateStats {

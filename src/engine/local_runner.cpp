@@ -1,0 +1,107 @@
+#include "engine/local_runner.h"
+
+#include <algorithm>
+#include <numeric>
+
+#include <fmt/format.h>
+
+#include "attn/cpu/attention.h"
+#include "core/memory.h"
+#include "engine/generate.h"
+#include "tokenizer/tokenizer.h"
+
+namespace kvtax {
+namespace {
+
+// The reservation capacity is reported for when a request names none: 16 GiB, a common GPU/CPU budget.
+constexpr size_t kDefaultReserve = size_t(16) << 30;
+
+harness::PositionLogprobs pick(const std::vector<float>& lp, int top_k) {
+  harness::PositionLogprobs p;
+  if (top_k <= 0 || size_t(top_k) >= lp.size()) {
+    p.logprobs = lp;
+    return p;
+  }
+  std::vector<int32_t> ids(lp.size());
+  std::iota(ids.begin(), ids.end(), 0);
+  std::partial_sort(ids.begin(), ids.begin() + top_k, ids.end(), [&](int32_t a, int32_t b) { return lp[a] > lp[b]; });
+  ids.resize(size_t(top_k));
+  for (int32_t id : ids) p.logprobs.push_back(lp[size_t(id)]);
+  p.ids = std::move(ids);
+  return p;
+}
+
+}  // namespace
+
+LocalRunner::LocalRunner(const std::string& model_path, int threads, int batch)
+    : path_(model_path), model_(Model::load(model_path)), chat_(tok::detect_chat_template(model_->file())),
+      threads_(threads), batch_(batch), pool_(std::make_unique<ThreadPool>(threads)) {}
+
+void LocalRunner::on_child_start() { pool_ = std::make_unique<ThreadPool>(threads_); }
+
+std::string LocalRunner::describe() const {
+  const auto& c = model_->config();
+  return fmt::format("kvtax in-process, {} ({} {} layers, d {}, {} KV heads x {}), {} threads", path_, c.arch,
+                     c.n_layers, c.d_model, c.n_kv_heads, c.head_dim, pool_->size());
+}
+
+nlohmann::json LocalRunner::model_info() const {
+  const auto& c = model_->config();
+  return {{"runner", "kvtax-local"}, {"file", path_}, {"arch", c.arch}, {"name", c.name},
+          {"n_layers", c.n_layers}, {"d_model", c.d_model}, {"n_heads", c.n_heads}, {"n_kv_heads", c.n_kv_heads},
+          {"head_dim", c.head_dim}, {"n_vocab", c.n_vocab}, {"weight_bytes", model_->weight_bytes()},
+          {"chat_template", std::string(tok::chat_style_name(chat_.style))}};
+}
+
+void LocalRunner::check_arm(const harness::Arm& arm) const {
+  const KvSpec spec = parse_kv_spec(arm.spec);
+  const auto& c = model_->config();
+  // Building a one-token cache checks the codec against this model's head size.
+  KvCache probe(KvShape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)}, spec, 1, 1);
+}
+
+std::vector<int32_t> LocalRunner::prompt_tokens(const std::string& user_message) const {
+  const std::string prompt = tok::apply_chat_template(chat_, {{"user", user_message}}, true);
+  return model_->tokenizer().encode(prompt, /*add_special=*/true, /*parse_special=*/true);
+}
+
+size_t LocalRunner::count_prompt_tokens(const std::string& user_message) { return prompt_tokens(user_message).size(); }
+
+harness::GenerateResult LocalRunner::generate(const harness::GenerateRequest& req) {
+  reset_peak_rss();
+  const KvSpec spec = parse_kv_spec(req.arm.spec);
+  const auto& c = model_->config();
+  const std::vector<int32_t> prompt = prompt_tokens(req.user_message);
+  const int answer = req.teacher_tokens.empty() ? req.max_tokens : int(req.teacher_tokens.size());
+  const int ctx = int(prompt.size()) + answer + 1;
+
+  Forward fw(*model_, spec, ctx, batch_, *pool_);  // fresh cache: every run is isolated
+  GenerateOptions o;
+  o.max_tokens = answer;
+  o.prefill_chunk = batch_;
+  o.want_logprobs = req.want_logprobs;
+  if (!req.teacher_tokens.empty()) o.teacher = &req.teacher_tokens;
+  GenerateOutput out = kvtax::generate(fw, prompt, o);
+
+  harness::GenerateResult r;
+  r.text = out.text;
+  r.tokens = out.tokens;
+  r.prompt_tokens = out.stats.prompt_tokens;
+  r.generated_tokens = out.stats.generated_tokens;
+  r.ttft_s = out.stats.ttft_s;
+  r.total_s = out.stats.ttft_s + out.stats.decode_s;
+  r.itl_s = out.stats.itl_s;
+  r.peak_rss = peak_rss_bytes();
+  r.kv_bytes = fw.cache().peak_bytes_used();
+  r.scratch_peak = fw.scratch_bytes() + attention_scratch_peak();
+  r.bytes_per_token = fw.cache().bytes_per_token();
+  const KvShape shape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};
+  r.capacity_tokens = KvCache::capacity(shape, spec, req.reserve_bytes ? req.reserve_bytes : kDefaultReserve, batch_);
+  if (req.want_logprobs)
+    for (const auto& lp : out.logprobs) r.next_token_logprobs.push_back(pick(lp, req.logprobs_top_k));
+  r.extra = {{"prefill_tok_s", out.stats.prefill_tok_s()}, {"stop_reason", out.stats.stop_reason},
+             {"kv_bytes_end", fw.cache().bytes_used()}, {"context_tokens", fw.n_past()}};
+  return r;
+}
+
+}  // namespace kvtax

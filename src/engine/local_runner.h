@@ -1,0 +1,33 @@
+#pragma once
+// The harness's in-process runner: each request gets a fresh KV cache in the arm's codecs and policy,
+// over one loaded model and one thread pool.
+#include <memory>
+#include <string>
+
+#include "core/thread_pool.h"
+#include "harness/runner.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+
+namespace kvtax {
+
+class LocalRunner : public harness::Runner {
+ public:
+  LocalRunner(const std::string& model_path, int threads, int batch);
+  std::string describe() const override;
+  nlohmann::json model_info() const override;
+  void check_arm(const harness::Arm& arm) const override;
+  size_t count_prompt_tokens(const std::string& user_message) override;
+  harness::GenerateResult generate(const harness::GenerateRequest& req) override;
+  void on_child_start() override;
+
+ private:
+  std::vector<int32_t> prompt_tokens(const std::string& user_message) const;
+  std::string path_;
+  std::unique_ptr<Model> model_;
+  tok::ChatTemplate chat_;
+  int threads_, batch_;
+  std::unique_ptr<ThreadPool> pool_;
+};
+
+}  // namespace kvtax
