@@ -224,6 +224,7 @@ TEST(MakeModel, TypesAgreeWithF32) {
 }
 
 TEST(MakeModel, BadOptions) {
+  fs::remove(tmp("bad.gguf"));
   auto o = opts(small("qwen3-4b"), GgmlType::Q4_K, 1, tmp("bad.gguf"));
   EXPECT_THROW(make_model(o), Error);  // type not offered
   o.type = GgmlType::F16;

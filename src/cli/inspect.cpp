@@ -75,8 +75,12 @@ void print_text(const File& f, const Summary& s) {
     fmt::print("  context length {}  rms eps {:g}\n", c.context_length, c.rms_eps);
     fmt::print("  rope: {}  theta {:g}  dim {}  scaling {}", rope_kind_name(c.rope_kind), c.rope_theta, c.rope_dim,
                c.rope_scaling.type);
-    if (c.rope_scaling.type != "none")
-      fmt::print(" (factor {:g}, original context {})", c.rope_scaling.factor, c.rope_scaling.original_context);
+    if (c.rope_scaling.type != "none") {
+      fmt::print(" (factor {:g}", c.rope_scaling.factor);
+      if (c.rope_scaling.original_context) fmt::print(", original context {}", c.rope_scaling.original_context);
+      if (!c.rope_scaling.freq_factors.empty()) fmt::print(", {} per-frequency factors", c.rope_scaling.freq_factors.size());
+      fmt::print(")");
+    }
     fmt::print("\n  qk norm {}  qkv bias {}  tied output {}\n", c.qk_norm, c.qkv_bias, c.tied_output);
     fmt::print("\nKV cache (f16): {} per token", human_bytes(double(c.kv_bytes_per_token(2))));
     for (uint64_t n : kContexts) fmt::print(", {}k: {}", n / 1024, human_bytes(double(c.kv_bytes_per_token(2) * n)));
