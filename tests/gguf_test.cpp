@@ -4,6 +4,8 @@
 #include <filesystem>
 #include <random>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "gguf/gguf.h"
 
@@ -135,7 +137,7 @@ TEST(Gguf, RoundTripEveryValueType) {
 TEST(Gguf, WriteToFileAndOpen) {
   Writer w = sample_writer();
   w.set("general.alignment", Value::of_u32(256));
-  const std::string path = ::testing::TempDir() + "/kvtax_gguf_rt.gguf";
+  const std::string path = ::testing::TempDir() + "/kvtax_gguf_rt_" + std::to_string(::getpid()) + ".gguf";
   w.write(path);
   EXPECT_FALSE(std::filesystem::exists(path + ".tmp"));
   const auto f = File::open(path);
@@ -318,7 +320,7 @@ TEST(Gguf, TensorDataRejectsForeignInfo) {
 TEST(Gguf, OpenErrors) {
   EXPECT_THROW(File::open("/nonexistent/x.gguf"), Error);
   EXPECT_THROW(File::open("/tmp"), Error);
-  const std::string p = ::testing::TempDir() + "/kvtax_empty.gguf";
+  const std::string p = ::testing::TempDir() + "/kvtax_empty_" + std::to_string(::getpid()) + ".gguf";
   { FILE* fp = std::fopen(p.c_str(), "wb"); std::fclose(fp); }
   try {
     File::open(p);

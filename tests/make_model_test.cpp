@@ -6,6 +6,8 @@
 #include <filesystem>
 #include <fstream>
 
+#include <unistd.h>
+
 #include "core/error.h"
 #include "ggml/quants.h"
 #include "gguf/gguf.h"
@@ -18,7 +20,10 @@ namespace {
 namespace fs = std::filesystem;
 using gguf::Value;
 
-std::string tmp(const std::string& name) { return ::testing::TempDir() + "/kvtax_mm_" + name; }
+// Per-process names: several checkouts may run this suite at the same time.
+std::string tmp(const std::string& name) {
+  return ::testing::TempDir() + "/kvtax_mm_" + std::to_string(::getpid()) + "_" + name;
+}
 
 // A 64-token vocab file so tests do not pay for 150k-row embeddings.
 const std::string& tiny_vocab() {
@@ -225,7 +230,7 @@ TEST(MakeModel, TypesAgreeWithF32) {
 
 TEST(MakeModel, BadOptions) {
   fs::remove(tmp("bad.gguf"));
-  auto o = opts(small("qwen3-4b"), GgmlType::Q4_K, 1, tmp("bad.gguf"));
+  auto o = opts(small("qwen3-4b"), GgmlType::IQ2_XXS, 1, tmp("bad.gguf"));
   EXPECT_THROW(make_model(o), Error);  // type not offered
   o.type = GgmlType::F16;
   o.n_layers = 0;
