@@ -77,56 +77,108 @@ TEST(ParityStories, Greedy200TokensIdenticalToLlamaCpp) {
   EXPECT_EQ(out.text.rfind(", there was a little girl named Lily.", 0), 0u) << out.text;
 }
 
-// Random-weight models of real shapes, rebuilt bit for bit by `kvtax make-model`, vs llama.cpp's top-32 logits.
+// Random-weight models of real shapes vs llama.cpp's top-32 logits at 256 teacher-forced random-token positions.
+// Weight types run with f32 KV on both sides (the matmul path alone); the kvq8 cases compare our q8/q8 cache with
+// llama.cpp's q8_0/q8_0 flash attention. The random model's top-2 margins are small (median 0.16, smallest
+// 0.003 logits), so one flipped rounding of an 8-bit activation upstream can move a top-1: llama.cpp against
+// itself with an f16 instead of an f32 cache agrees at only 246/256 positions (docs/perf.md).
 struct RandomCase {
-  std::string arch, type, golden, kv = "f16";
+  std::string arch, type, golden, kv;
+  enum Source { kvtax_made_ci, kvtax_made_cached, llama_quantized } source;
+  double min_agreement = 0.95;  // over all 256 positions, near-ties included
+  double max_rel_error = 0.02;  // max |Δlogit| over llama.cpp's top-32 / |its top logit|
 };
 
-class ParityRandom : public testing::TestWithParam<RandomCase> {};
+// A top-2 gap this small is inside the activation-quantization noise of either implementation (see above).
+constexpr double kDecidedMargin = 0.05;
 
-TEST_P(ParityRandom, Top1AgreementAtLeast99Percent) {
+void PrintTo(const RandomCase& c, std::ostream* os) { *os << c.golden << " (KV " << c.kv << ")"; }
+
+class ParityRandom : public testing::TestWithParam<RandomCase> {
+ protected:
+  static void TearDownTestSuite() {
+    if (!made_.empty()) fs::remove(made_);
+    made_.clear();
+  }
+  static inline fs::path made_;  // the model this suite made in the temporary directory (one at a time)
+};
+
+TEST_P(ParityRandom, Top1AgreementWithLlamaCpp) {
   const RandomCase& c = GetParam();
   Golden g;
   ASSERT_TRUE(Golden::load(kGoldens + c.golden, g)) << c.golden;
-  // KVTAX_MODEL_CACHE keeps the generated models between runs (tools/goldens/make_goldens.sh uses the same names).
+  // KVTAX_MODEL_CACHE keeps the models between runs (tools/goldens/make_goldens.sh makes them under these names).
   const char* cache = std::getenv("KVTAX_MODEL_CACHE");
   const fs::path dir = cache ? fs::path(cache) : fs::temp_directory_path() / "kvtax-parity";
   fs::create_directories(dir);
-  const fs::path model = dir / fmt::format("{}-2l-{}-s1.gguf", c.arch, c.type);
+  const fs::path model = c.source == RandomCase::llama_quantized
+                             ? dir / fmt::format("{}-2l-llamaquant-{}.gguf", c.arch, c.type)
+                             : dir / fmt::format("{}-2l-{}-s1.gguf", c.arch, c.type);
   if (!fs::exists(model)) {
+    if (c.source == RandomCase::llama_quantized)
+      GTEST_SKIP() << "made by llama-quantize, which CI does not have: " << model
+                   << " absent (tools/goldens/make_goldens.sh makes it; set KVTAX_MODEL_CACHE)";
+    if (c.source == RandomCase::kvtax_made_cached && !cache)
+      GTEST_SKIP() << "outside the CI subset (each model costs ~1 min and 1-3 GB to make): set KVTAX_MODEL_CACHE"
+                   << " to a folder holding " << model.filename();
+    if (!cache && !made_.empty()) fs::remove(made_);  // up to 3 GB each: keep one on disk at a time
     const std::string cmd = fmt::format("{} make-model --arch {} --layers 2 --type {} --seed 1 -o {} > /dev/null",
                                         KVTAX_BINARY, c.arch, c.type, model.string());
     if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "cannot make the model (vocab fixtures absent?): " << cmd;
+    if (!cache) made_ = model;
   }
   auto m = Model::load(model.string());
   ASSERT_EQ(m->config().n_vocab, g.n_vocab);
   const auto ours = all_logits(*m, g.tokens, c.kv.c_str(), 128);
-  int agree = 0;
+  int agree = 0, decided = 0, decided_agree = 0;
   double worst_rel = 0;
+  std::string flips;
   for (uint32_t r = 0; r < g.n_rows; ++r) {
     const float* row = &ours[size_t(r) * g.n_vocab];
     const auto& top = g.top[r];
-    agree += std::max_element(row, row + g.n_vocab) - row == top[0].first;
+    const bool same = std::max_element(row, row + g.n_vocab) - row == top[0].first;
+    const double margin = top[0].second - top[1].second;  // llama.cpp's own top-2 gap
+    agree += same;
+    if (margin >= kDecidedMargin) decided++, decided_agree += same;
+    if (!same) flips += fmt::format(" {}(gap {:.3f})", r, margin);
     double diff = 0;
     for (const auto& [id, v] : top) diff = std::max(diff, double(std::abs(row[id] - v)));
     worst_rel = std::max(worst_rel, diff / std::abs(double(top[0].second)));
   }
-  const double agreement = double(agree) / g.n_rows;
-  std::printf("%s %s (KV %s): top-1 agreement %d/%u = %.2f%%, max rel logit error over llama.cpp's top-32 %.3g\n",
-              c.arch.c_str(), c.type.c_str(), c.kv.c_str(), agree, g.n_rows, 100 * agreement, worst_rel);
-  EXPECT_GE(agreement, 0.99);
-  if (!cache) fs::remove(model);  // up to 3 GB each at full width: keep only one on disk at a time
+  const double agreement = double(agree) / g.n_rows, decided_agreement = double(decided_agree) / decided;
+  std::printf("%s %s%s (KV %s): top-1 agreement %d/%u = %.2f%%; where llama.cpp's top-2 gap >= %.2f: %d/%d = %.2f%%;"
+              " max rel logit error over llama.cpp's top-32 %.3g; differing positions:%s\n",
+              c.arch.c_str(), c.source == RandomCase::llama_quantized ? "llama-quantize " : "", c.type.c_str(),
+              c.kv.c_str(), agree, g.n_rows, 100 * agreement, kDecidedMargin, decided_agree, decided,
+              100 * decided_agreement, worst_rel, flips.c_str());
+  EXPECT_GE(decided_agreement, 0.99);
+  EXPECT_GE(agreement, c.min_agreement);
+  EXPECT_LE(worst_rel, c.max_rel_error);
 }
 
+// CI makes every type of llama3-8b and two of qwen3-4b (~1 min each on 2 cores); the rest run from the cache.
+using enum RandomCase::Source;
 INSTANTIATE_TEST_SUITE_P(Goldens, ParityRandom, testing::ValuesIn(std::vector<RandomCase>{
-    {"llama3-8b", "f16", "llama3-8b-2l-f16.bin"},
-    {"llama3-8b", "q8_0", "llama3-8b-2l-q8_0.bin"},
-    {"llama3-8b", "q4_0", "llama3-8b-2l-q4_0.bin"},
-    {"llama3-8b", "q4_K", "llama3-8b-2l-q4_K.bin", "f32"},
-    {"llama3-8b", "q6_K", "llama3-8b-2l-q6_K.bin"},
-    {"qwen3-4b", "f16", "qwen3-4b-2l-f16.bin"},
-    {"qwen3-4b", "q8_0", "qwen3-4b-2l-q8_0.bin"},
-    {"qwen3-4b", "q4_0", "qwen3-4b-2l-q4_0.bin"},
-    {"qwen3-4b", "q4_K", "qwen3-4b-2l-q4_K.bin"},
-    {"qwen3-4b", "q6_K", "qwen3-4b-2l-q6_K.bin"},
-}), [](const auto& info) { return info.param.arch.substr(0, 5) + "_" + info.param.type; });
+    {"llama3-8b", "f16", "llama3-8b-2l-f16.bin", "f32", kvtax_made_ci},
+    {"llama3-8b", "f16", "llama3-8b-2l-f16-kvq8.bin", "q8", kvtax_made_ci},
+    {"llama3-8b", "q8_0", "llama3-8b-2l-q8_0.bin", "f32", kvtax_made_ci},
+    {"llama3-8b", "q4_0", "llama3-8b-2l-q4_0.bin", "f32", kvtax_made_ci},
+    {"llama3-8b", "q4_K", "llama3-8b-2l-q4_K.bin", "f32", kvtax_made_ci},
+    {"llama3-8b", "q6_K", "llama3-8b-2l-q6_K.bin", "f32", kvtax_made_ci},
+    {"llama3-8b", "Q4_0", "llama3-8b-2l-llamaquant-Q4_0.bin", "f32", llama_quantized},
+    {"llama3-8b", "Q4_K", "llama3-8b-2l-llamaquant-Q4_K.bin", "f32", llama_quantized},
+    {"llama3-8b", "Q6_K", "llama3-8b-2l-llamaquant-Q6_K.bin", "f32", llama_quantized},
+    {"qwen3-4b", "f16", "qwen3-4b-2l-f16.bin", "f32", kvtax_made_ci},
+    {"qwen3-4b", "f16", "qwen3-4b-2l-f16-kvq8.bin", "q8", kvtax_made_ci},
+    {"qwen3-4b", "q4_K", "qwen3-4b-2l-q4_K.bin", "f32", kvtax_made_ci},
+    {"qwen3-4b", "q8_0", "qwen3-4b-2l-q8_0.bin", "f32", kvtax_made_cached},
+    {"qwen3-4b", "q4_0", "qwen3-4b-2l-q4_0.bin", "f32", kvtax_made_cached},
+    {"qwen3-4b", "q6_K", "qwen3-4b-2l-q6_K.bin", "f32", kvtax_made_cached},
+    {"qwen3-4b", "Q4_0", "qwen3-4b-2l-llamaquant-Q4_0.bin", "f32", llama_quantized},
+    {"qwen3-4b", "Q4_K", "qwen3-4b-2l-llamaquant-Q4_K.bin", "f32", llama_quantized},
+    {"qwen3-4b", "Q6_K", "qwen3-4b-2l-llamaquant-Q6_K.bin", "f32", llama_quantized},
+}), [](const auto& info) {
+  const auto& p = info.param;
+  return p.arch.substr(0, 5) + "_" + (p.source == llama_quantized ? "llamaquant_" : "") + p.type +
+         (p.kv == "f32" ? "" : "_kv" + p.kv);
+});

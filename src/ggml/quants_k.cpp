@@ -218,8 +218,8 @@ void quant_q8_k(const float* x, BlockQ8_K* b, int64_t nb) {
       std::memset(&b[i], 0, sizeof b[i]);
       continue;
     }
-    const float iscale = -127.0f / vmax;
-    for (int j = 0; j < kQK_K; ++j) b[i].qs[j] = int8_t(std::min(127, int(std::lround(iscale * x[j]))));
+    const float iscale = -127.0f / vmax;  // and ties to even below: llama.cpp's activation rounding, to the bit
+    for (int j = 0; j < kQK_K; ++j) b[i].qs[j] = int8_t(std::min(127, int(std::nearbyint(iscale * x[j]))));
     for (int j = 0; j < 16; ++j) {
       int sum = 0;
       for (int l = 0; l < 16; ++l) sum += b[i].qs[16 * j + l];

@@ -5,6 +5,11 @@
 #include "attn/cpu/attention.h"
 #include "core/error.h"
 
+#include <cstdio>
+#include <cstdlib>
+
+#include <fmt/format.h>
+
 namespace kvtax {
 
 Forward::Forward(const Model& m, const KvSpec& kv, int max_context, int max_batch, ThreadPool& pool)
@@ -23,6 +28,16 @@ Forward::Forward(const Model& m, const KvSpec& kv, int max_context, int max_batc
   v_.resize(B * c.n_kv_heads * c.head_dim);
   hb_.resize(B * c.d_ff);
   hb2_.resize(B * c.d_ff);
+  if (const char* d = std::getenv("KVTAX_DUMP_DIR")) dump_dir_ = d;
+}
+
+void Forward::dump(const char* name, int layer, const float* p, size_t n) const {
+  if (dump_dir_.empty()) return;
+  const std::string path = fmt::format("{}/kvtax_{}-{}.f32", dump_dir_, name, layer);
+  std::FILE* f = std::fopen(path.c_str(), "ab");  // appended: one eval() chunk after another
+  if (!f) fail("KVTAX_DUMP_DIR: cannot write {}", path);
+  std::fwrite(p, sizeof(float), n, f);
+  std::fclose(f);
 }
 
 size_t Forward::scratch_bytes() const {
@@ -54,6 +69,10 @@ void Forward::eval(const int32_t* tokens, int n, float* logits, bool all_logits)
     matmul(w.wq, xb_.data(), n, q_.data(), pool_);
     matmul(w.wk, xb_.data(), n, k_.data(), pool_);
     matmul(w.wv, xb_.data(), n, v_.data(), pool_);
+    dump("attn_norm", l, xb_.data(), size_t(n) * d);
+    dump("Qraw", l, q_.data(), size_t(n) * q_dim);
+    dump("Kraw", l, k_.data(), size_t(n) * kv_dim);
+    dump("Vcur", l, v_.data(), size_t(n) * kv_dim);
     for (int t = 0; t < n; ++t) {
       float* q = &q_[size_t(t) * q_dim];
       float* k = &k_[size_t(t) * kv_dim];
@@ -69,24 +88,33 @@ void Forward::eval(const int32_t* tokens, int n, float* logits, bool all_logits)
       rope_.apply(q, nh, hd, pos0 + t);
       rope_.apply(k, nkv, hd, pos0 + t);
     }
+    dump("Qcur", l, q_.data(), size_t(n) * q_dim);
+    dump("Kcur", l, k_.data(), size_t(n) * kv_dim);
     cache_.append(l, n, k_.data(), v_.data());
     attention(cache_, l, q_.data(), n, nh, att_.data(), pool_);
+    dump("kqv_out", l, att_.data(), size_t(n) * q_dim);
     matmul(w.wo, att_.data(), n, xb2_.data(), pool_);
+    dump("attn_out", l, xb2_.data(), size_t(n) * d);
     add_inplace(x_.data(), xb2_.data(), int64_t(n) * d);
+    dump("ffn_inp", l, x_.data(), size_t(n) * d);
 
     // Feed-forward: down(silu(gate(x)) * up(x)).
     for (int t = 0; t < n; ++t) rmsnorm(&x_[size_t(t) * d], w.ffn_norm, &xb_[size_t(t) * d], d, c.rms_eps);
     matmul(w.w_gate, xb_.data(), n, hb_.data(), pool_);
     matmul(w.w_up, xb_.data(), n, hb2_.data(), pool_);
     silu_mul_inplace(hb_.data(), hb2_.data(), int64_t(n) * ff);
+    dump("ffn_norm", l, xb_.data(), size_t(n) * d);
     matmul(w.w_down, hb_.data(), n, xb2_.data(), pool_);
+    dump("ffn_out", l, xb2_.data(), size_t(n) * d);
     add_inplace(x_.data(), xb2_.data(), int64_t(n) * d);
+    dump("l_out", l, x_.data(), size_t(n) * d);
   }
   cache_.commit(n);
 
   // Logits for the last token, or for all of them (teacher forcing, golden checks).
   const int first = all_logits ? 0 : n - 1;
   for (int t = first; t < n; ++t) rmsnorm(&x_[size_t(t) * d], m_.output_norm(), &xb_[size_t(t - first) * d], d, c.rms_eps);
+  dump("result_norm", -1, xb_.data(), size_t(n - first) * d);
   matmul(m_.output(), xb_.data(), n - first, logits, pool_);
 }
 

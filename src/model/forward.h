@@ -2,6 +2,7 @@
 // One sequence's forward pass over its KV cache.
 #include <cstdint>
 #include <memory>
+#include <string>
 #include <vector>
 
 #include "core/thread_pool.h"
@@ -38,6 +39,9 @@ class Forward {
   Rope rope_;
   // Activations for up to max_batch tokens, row-major [token][width].
   std::vector<float> x_, xb_, xb2_, q_, k_, v_, att_, hb_, hb2_;
+  // KVTAX_DUMP_DIR: writes intermediate activations (debugging parity with llama_logits --dump).
+  std::string dump_dir_;
+  void dump(const char* name, int layer, const float* p, size_t n) const;
 };
 
 }  // namespace kvtax

@@ -2,6 +2,10 @@
 // Built only on demand against a local llama.cpp build (tools/peers/build_llama.sh); never part of CI.
 //
 //   llama_logits MODEL OUT.bin (--tokens "1 2 3" | --prompt TEXT --greedy N) [--top K] [--ctk T --ctv T] [--fa]
+//                [--dump DIR]
+//
+// --dump writes every f32 graph tensor as DIR/NNN_<name>.f32 (raw floats, evaluation order) to find where a
+// forward pass departs from llama.cpp; compare with kvtax's KVTAX_DUMP_DIR (src/model/forward.cpp).
 //
 // OUT.bin (little endian): "KVGL" u32 version=1, u32 n_tokens, u32 n_rows, u32 n_vocab, u32 top_k (0 = full
 // rows), i32 tokens[n_tokens], then for each row p < n_rows the logits after tokens[0..p] (predicting p+1):
@@ -16,8 +20,29 @@
 #include <vector>
 
 #include "llama.h"
+#include "ggml-backend.h"
 
 namespace {
+
+struct DumpState {
+  std::string dir;
+  int n = 0;
+};
+
+bool dump_tensor(ggml_tensor* t, bool ask, void* user) {
+  if (t->type != GGML_TYPE_F32 || !ggml_is_contiguous(t)) return false;
+  if (ask) return true;
+  auto* st = static_cast<DumpState*>(user);
+  std::vector<float> buf(size_t(ggml_nelements(t)));
+  ggml_backend_tensor_get(t, buf.data(), 0, ggml_nbytes(t));
+  char name[512];
+  std::snprintf(name, sizeof name, "%s/%03d_%s.f32", st->dir.c_str(), st->n++, t->name);
+  if (FILE* f = std::fopen(name, "wb")) {
+    std::fwrite(buf.data(), sizeof(float), buf.size(), f);
+    std::fclose(f);
+  }
+  return true;
+}
 
 [[noreturn]] void die(const std::string& m) {
   std::fprintf(stderr, "llama_logits: %s\n", m.c_str());
@@ -37,7 +62,7 @@ ggml_type kv_type(const std::string& s) {
 int main(int argc, char** argv) {
   if (argc < 3) die("usage: llama_logits MODEL OUT.bin (--tokens IDS | --prompt TEXT --greedy N) [--top K] [--ctk T] [--ctv T] [--fa]");
   const std::string model_path = argv[1], out_path = argv[2];
-  std::string tokens_arg, prompt, ctk = "f16", ctv = "f16";
+  std::string tokens_arg, prompt, ctk = "f16", ctv = "f16", dump_dir;
   int greedy = 0, top_k = 0, threads = 2;
   bool fa = false;
   for (int i = 3; i < argc; ++i) {
@@ -51,6 +76,7 @@ int main(int argc, char** argv) {
     else if (a == "--ctv") ctv = next();
     else if (a == "--threads") threads = std::atoi(next().c_str());
     else if (a == "--fa") fa = true;
+    else if (a == "--dump") dump_dir = next();
     else die("unknown argument " + a);
   }
   llama_log_set([](ggml_log_level, const char*, void*) {}, nullptr);
@@ -80,6 +106,11 @@ int main(int argc, char** argv) {
   cp.type_k = kv_type(ctk);
   cp.type_v = kv_type(ctv);
   cp.flash_attn_type = fa ? LLAMA_FLASH_ATTN_TYPE_ENABLED : LLAMA_FLASH_ATTN_TYPE_DISABLED;
+  DumpState dump{dump_dir};
+  if (!dump_dir.empty()) {
+    cp.cb_eval = dump_tensor;
+    cp.cb_eval_user_data = &dump;
+  }
   llama_context* ctx = llama_init_from_model(model, cp);
   if (!ctx) die("cannot create context");
 

@@ -6,9 +6,11 @@
 namespace kvtax {
 
 void rmsnorm(const float* x, const float* w, float* out, int n, float eps) {
-  double ss = 0;  // double: a 4096-wide sum of squares in float loses digits that llama.cpp keeps
-  for (int i = 0; i < n; ++i) ss += double(x[i]) * x[i];
-  const float scale = float(1.0 / std::sqrt(ss / n + eps));
+  // llama.cpp's rounding steps: float squares summed in double, a float mean, 1 / sqrtf in float.
+  double ss = 0;
+  for (int i = 0; i < n; ++i) ss += double(x[i] * x[i]);
+  const float mean = float(ss / n);
+  const float scale = 1.0f / std::sqrt(mean + eps);
   for (int i = 0; i < n; ++i) out[i] = x[i] * scale * w[i];
 }
 
@@ -34,39 +36,33 @@ Rope::Rope(const ModelConfig& c, const float* freq_factors)
     : kind_(c.rope_kind), dim_(int(c.rope_dim ? c.rope_dim : c.head_dim)) {
   const int half = dim_ / 2;
   const auto& s = c.rope_scaling;
-  const float freq_scale = (s.type == "linear" || s.type == "yarn") && s.factor > 0 ? 1.0f / s.factor : 1.0f;
-  // Frequencies by repeated multiplication in float, as llama.cpp computes them, so logits agree closely.
-  const float theta_scale = std::pow(c.rope_theta, -2.0f / float(dim_));
-  float theta = 1.0f;
-  inv_freq_.resize(half);
-  for (int i = 0; i < half; ++i) {
-    const float ff = freq_factors ? freq_factors[i] : 1.0f;
-    inv_freq_[i] = theta / ff;
-    theta *= theta_scale;
-  }
-  if (s.type == "yarn" && freq_scale < 1.0f) {
+  freq_scale_ = (s.type == "linear" || s.type == "yarn") && s.factor > 0 ? 1.0f / s.factor : 1.0f;
+  theta_scale_ = powf(c.rope_theta, -2.0f / float(dim_));
+  factor_.assign(size_t(half), 1.0f);
+  if (freq_factors) std::copy(freq_factors, freq_factors + half, factor_.begin());
+  if (s.type == "yarn" && freq_scale_ < 1.0f) {
     const uint32_t orig = s.original_context ? s.original_context : c.context_length;
     const float lo = std::max(0.0f, std::floor(yarn_corr_dim(dim_, orig, 32.0f, c.rope_theta)));
     const float hi = std::min(float(dim_ - 1), std::ceil(yarn_corr_dim(dim_, orig, 1.0f, c.rope_theta)));
-    inv_freq_extrap_ = inv_freq_;
     ramp_.resize(half);
     for (int i = 0; i < half; ++i) {
       const float y = (i - lo) / std::max(0.001f, hi - lo);
       ramp_[i] = 1.0f - std::min(1.0f, std::max(0.0f, y));
-      inv_freq_[i] *= freq_scale;
     }
-    mscale_ = 1.0f + 0.1f * std::log(1.0f / freq_scale);
-  } else {
-    for (auto& f : inv_freq_) f *= freq_scale;
+    mscale_ = 1.0f + 0.1f * std::log(1.0f / freq_scale_);
   }
 }
 
 void Rope::apply(float* x, int n_heads, int head_dim, int64_t pos) const {
   const int half = dim_ / 2;
   float cs[512], sn[512];  // dim_ <= 1024 is checked by the model loader
-  for (int i = 0; i < half; ++i) {
-    float th = float(pos) * inv_freq_[i];
-    if (!ramp_.empty()) th = th * (1 - ramp_[i]) + float(pos) * inv_freq_extrap_[i] * ramp_[i];
+  // The angles in llama.cpp's order of float operations (pos times theta_scale, once per pair, divided by the
+  // pair's factor, then scaled): the same angles to the bit, so logits can be compared closely.
+  float theta = float(pos);
+  for (int i = 0; i < half; ++i, theta *= theta_scale_) {
+    const float extrap = theta / factor_[i];
+    float th = freq_scale_ * extrap;
+    if (!ramp_.empty()) th = th * (1 - ramp_[i]) + extrap * ramp_[i];
     cs[i] = std::cos(th) * mscale_;
     sn[i] = std::sin(th) * mscale_;
   }

@@ -23,10 +23,11 @@ class Rope {
  private:
   RopeKind kind_;
   int dim_;
-  std::vector<float> inv_freq_;  // theta_i per pair, scaling and freq factors applied
+  float theta_scale_;            // theta_i = pos * theta_scale^i
+  float freq_scale_ = 1.0f;      // linear / YaRN context scaling
+  std::vector<float> factor_;    // per-pair divisor (llama3 rope_freqs.weight), 1 without
   float mscale_ = 1.0f;          // YaRN magnitude correction
   std::vector<float> ramp_;      // YaRN extrapolation mix per pair (empty unless yarn)
-  std::vector<float> inv_freq_extrap_;
 };
 
 }  // namespace kvtax
