@@ -137,7 +137,7 @@ Aggregates aggregate(const ResultsFile& f) {
     if (d && rd && *rd > 0) c.decode_change_pct = (*d / *rd - 1.0) * 100.0;
     const auto& cap = c.metrics["capacity_tokens"].median;
     const auto& rcap = ref->metrics.at("capacity_tokens").median;
-    if (cap && rcap && *rcap > 0) c.capacity_ratio = *cap / *rcap;
+    if (cap && rcap && *rcap > 0 && *cap < 9.0e15) c.capacity_ratio = *cap / *rcap;  // unbounded: no ratio
   }
   // ITL against context: one point per target (medians), so each length weighs the same.
   for (const auto& arm : a.arms) {
@@ -259,7 +259,7 @@ std::string summary_table(const Aggregates& a) {
                        num(m.at("ttft_s").median, "{:.3g}"), num(m.at("decode_tok_s").median, "{:.4g}"),
                        num(c.decode_change_pct, "{:+.1f}%"),
                        peak ? fmt::format("{:.0f}", *peak / 1048576.0) : std::string("-"),
-                       num(m.at("capacity_tokens").median, "{:.0f}"), recall, binding,
+                       capacity_str(m.at("capacity_tokens").median), recall, binding,
                        num(c.kld_mean.median, "{:.3g}"));
   }
   for (const auto& f : a.fits)

@@ -7,12 +7,19 @@
 #include <string>
 #include <vector>
 
+#include <fmt/format.h>
 #include <nlohmann/json.hpp>
 
 #include "harness/results.h"
 #include "harness/stats.h"
 
 namespace kvtax::harness {
+
+// Capacity in tokens for tables; a runner reports SIZE_MAX when the policy's memory plateaus (window).
+inline std::string capacity_str(const std::optional<double>& v) {
+  if (!v) return "-";
+  return *v >= 9.0e15 ? std::string("unbounded") : fmt::format("{:.0f}", *v);
+}
 
 struct Summary {
   std::optional<double> median, min, max;

@@ -228,7 +228,7 @@ std::string render_report_html(const ResultsFile& raw, const Aggregates& a) {
         num(m.at("decode_tok_s").median, "{:.4g}"), num(c.decode_change_pct, "{:+.1f}%"),
         num(m.at("itl_mean_s").median ? std::optional<double>(*m.at("itl_mean_s").median * 1e3) : std::nullopt, "{:.4g}"),
         mib("peak_rss"), mib("kv_bytes"), mib("scratch_peak"), num(m.at("bytes_per_token").median, "{:.4g}"),
-        num(m.at("capacity_tokens").median, "{:.0f}"), num(c.capacity_ratio, "{:.3g}"),
+        capacity_str(m.at("capacity_tokens").median), num(c.capacity_ratio, "{:.3g}"),
         c.recall_found.median ? fmt::format("{:g}/{}", *c.recall_found.median, c.recall_total) : "&ndash;",
         c.binding_asked ? fmt::format("{}/{}", c.binding_correct, c.binding_asked) : "&ndash;",
         num(c.kld_mean.median, "{:.4g}"));

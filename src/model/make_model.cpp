@@ -15,6 +15,7 @@
 #include <filesystem>
 
 #include "core/error.h"
+#include "tokenizer/byte_alphabet.h"
 #include "core/f16.h"
 #include "core/thread_pool.h"
 #include "ggml/quants.h"
@@ -121,6 +122,34 @@ void set_metadata(gguf::Writer& w, const MakeModelOptions& opt) {
 
 }  // namespace
 
+gguf::Writer builtin_byte_vocab() {
+  // Byte-level BPE with no merges: every byte is one token (GPT-2's byte alphabet), plus the ChatML
+  // control tokens so the chat template and end-of-turn work as in real models.
+  std::vector<std::string> tokens;
+  std::vector<int32_t> types;
+  for (int b = 0; b < 256; ++b) {
+    tokens.emplace_back(tok::byte_to_alphabet(uint8_t(b)));
+    types.push_back(1);  // normal
+  }
+  for (const char* s : {"<|endoftext|>", "<|im_start|>", "<|im_end|>"}) {
+    tokens.emplace_back(s);
+    types.push_back(3);  // control
+  }
+  gguf::Writer w;
+  w.set("tokenizer.ggml.model", Value::of_str("gpt2"));
+  w.set("tokenizer.ggml.pre", Value::of_str("gpt-2"));
+  w.set("tokenizer.ggml.tokens", Value::of_strings(tokens));
+  w.set("tokenizer.ggml.token_type", Value::of_i32s(types));
+  w.set("tokenizer.ggml.merges", Value::of_strings({}));
+  w.set("tokenizer.ggml.bos_token_id", Value::of_u32(256));
+  w.set("tokenizer.ggml.eos_token_id", Value::of_u32(258));
+  w.set("tokenizer.ggml.add_bos_token", Value::of_bool(false));
+  w.set("tokenizer.chat_template", Value::of_str(
+      "{% for message in messages %}{{'<|im_start|>' + message['role'] + '\\n' + message['content'] + "
+      "'<|im_end|>' + '\\n'}}{% endfor %}{% if add_generation_prompt %}{{ '<|im_start|>assistant\\n' }}{% endif %}"));
+  return w;
+}
+
 const std::vector<ArchSpec>& arch_specs() {
   static const std::vector<ArchSpec> specs = [] {
     std::vector<ArchSpec> v;
@@ -139,6 +168,10 @@ const std::vector<ArchSpec>& arch_specs() {
     v.push_back(q25);
     v.push_back(ArchSpec{"mistral-7b", "llama", "Mistral-7B-v0.3", "ggml-vocab-llama-spm.gguf",
                          4096, 14336, 32, 8, 128, 32768, 32768, 1000000.0f, 1e-5f});
+    // Not a real model: small enough for a whole sweep in minutes on 2 cores, with the real head size
+    // (64, so 32-value codec blocks apply) and GQA 4:1. Its byte vocabulary needs no fixture.
+    v.push_back(ArchSpec{"tiny", "llama", "kvtax-tiny", std::string(kBuiltinBytes),
+                         512, 1536, 8, 2, 64, 259, 32768, 500000.0f, 1e-5f});
     return v;
   }();
   return specs;
@@ -212,6 +245,7 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
 
   MakeModelResult res;
   res.vocab_path = opt.vocab_path;
+  if (res.vocab_path.empty() && s.default_vocab == kBuiltinBytes) res.vocab_path = kBuiltinBytes;
   if (res.vocab_path.empty()) {
     const std::string dir = find_vocab_dir();
     if (dir.empty() || !fs::exists(fs::path(dir) / s.default_vocab))
@@ -219,7 +253,14 @@ MakeModelResult make_model(const MakeModelOptions& opt) {
            "FILE.gguf)", s.default_vocab);
     res.vocab_path = (fs::path(dir) / s.default_vocab).string();
   }
-  const auto vocab = gguf::File::open(res.vocab_path);
+  std::unique_ptr<gguf::File> vocab;
+  std::vector<uint8_t> builtin;
+  if (res.vocab_path == kBuiltinBytes) {
+    builtin = builtin_byte_vocab().to_bytes();
+    vocab = gguf::File::parse(builtin, std::string(kBuiltinBytes));
+  } else {
+    vocab = gguf::File::open(res.vocab_path);
+  }
   const Value* tokens = vocab->find("tokenizer.ggml.tokens");
   if (!tokens || tokens->type != gguf::ValueType::ARRAY || tokens->arr.empty())
     fail("make-model: {} has no tokenizer.ggml.tokens array", res.vocab_path);

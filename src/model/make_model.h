@@ -9,6 +9,9 @@
 
 namespace kvtax {
 
+// --vocab value (and the tiny arch's default) for make-model's own byte-level vocabulary.
+inline constexpr std::string_view kBuiltinBytes = "builtin:bytes";
+
 struct ArchSpec {
   std::string id;          // llama3-8b | qwen3-4b | qwen2.5-7b | mistral-7b
   std::string gguf_arch;   // general.architecture
