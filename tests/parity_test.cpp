@@ -167,6 +167,7 @@ INSTANTIATE_TEST_SUITE_P(Goldens, ParityRandom, testing::ValuesIn(std::vector<Ra
     {"llama3-8b", "q4_K", "llama3-8b-2l-q4_K.bin", "f32", kvtax_made_ci},
     {"llama3-8b", "q6_K", "llama3-8b-2l-q6_K.bin", "f32", kvtax_made_cached},
     {"llama3-8b", "Q4_K", "llama3-8b-2l-llamaquant-Q4_K.bin", "f32", llama_quantized},
+    {"llama3-8b", "Q6_K", "llama3-8b-2l-llamaquant-Q6_K.bin", "f32", llama_quantized},
     {"qwen3-4b", "f16", "qwen3-4b-2l-f16.bin", "f32", kvtax_made_ci},
     {"qwen3-4b", "f16", "qwen3-4b-2l-f16-kvq8.bin", "q8", kvtax_made_ci},
     {"qwen3-4b", "q4_K", "qwen3-4b-2l-q4_K.bin", "f32", kvtax_made_cached},
