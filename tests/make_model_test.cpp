@@ -136,7 +136,7 @@ TEST(MakeModel, EachArchReadsBackWithItsConfig) {
     EXPECT_EQ(c.d_model, 256u);
     EXPECT_EQ(c.n_heads, spec.n_heads);
     EXPECT_EQ(c.n_kv_heads, spec.n_kv_heads);
-    EXPECT_EQ(c.head_dim, 128u);
+    EXPECT_EQ(c.head_dim, spec.head_dim);
     EXPECT_EQ(c.n_vocab, 64u);
     EXPECT_EQ(c.context_length, spec.context);
     EXPECT_FLOAT_EQ(c.rope_theta, spec.rope_theta);
@@ -146,7 +146,7 @@ TEST(MakeModel, EachArchReadsBackWithItsConfig) {
     EXPECT_EQ(c.tied_output, spec.tied_output);
     EXPECT_EQ(c.rope_kind, spec.gguf_arch == "llama" ? RopeKind::normal : RopeKind::neox);
     EXPECT_EQ(c.rope_scaling.type, spec.llama3_rope ? "llama3" : "none");
-    if (spec.llama3_rope) EXPECT_FLOAT_EQ(c.rope_scaling.factor, 8.0f);
+    if (spec.llama3_rope) { EXPECT_FLOAT_EQ(c.rope_scaling.factor, 8.0f); }
     EXPECT_EQ(f->tensor("blk.1.attn_q.weight")->type, GgmlType::Q8_0);
     EXPECT_EQ(f->tensor("token_embd.weight")->type, GgmlType::Q8_0);
     EXPECT_EQ(f->tensor("blk.0.ffn_norm.weight")->type, GgmlType::F32);

@@ -1,0 +1,49 @@
+// The tiny architecture with make-model's own byte vocabulary: a whole model with no fixture, as the
+// README's quick sweep uses it.
+#include <gtest/gtest.h>
+
+#include <filesystem>
+
+#include <unistd.h>
+
+#include "engine/generate.h"
+#include "model/forward.h"
+#include "model/make_model.h"
+#include "model/model.h"
+#include "tokenizer/chat_template.h"
+#include "tokenizer/tokenizer.h"
+
+using namespace kvtax;
+
+TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
+  const std::string out =
+      (std::filesystem::temp_directory_path() / ("kvtax-tiny-" + std::to_string(getpid()) + ".gguf")).string();
+  MakeModelOptions o;
+  o.spec = arch_spec("tiny");
+  o.n_layers = 2;
+  o.type = GgmlType::Q8_0;
+  o.seed = 3;
+  o.out_path = out;
+  const auto r = make_model(o);
+  EXPECT_EQ(r.n_vocab, 259u);  // 256 bytes + 3 ChatML control tokens
+
+  auto m = Model::load(out);
+  const auto& tok = m->tokenizer();
+  const std::string text = "Vault Aurora: QX-4471 \xc3\xa9";
+  const auto ids = tok.encode(text, false, false);
+  EXPECT_EQ(ids.size(), text.size());  // one token per byte
+  EXPECT_EQ(tok.decode(ids), text);
+  const auto chat = tok::detect_chat_template(m->file());
+  const auto prompt = tok.encode(tok::apply_chat_template(chat, {{"user", "hi"}}, true), true, true);
+  EXPECT_EQ(prompt.front(), tok.find_token("<|im_start|>"));
+
+  ThreadPool pool(2);
+  Forward fw(*m, parse_kv_spec("q8"), 256, 64, pool);
+  GenerateOptions g;
+  g.max_tokens = 8;
+  g.stop_at_eog = false;
+  const auto res = generate(fw, prompt, g);
+  EXPECT_EQ(res.tokens.size(), 8u);
+  EXPECT_EQ(fw.n_past(), int(prompt.size()) + 7);
+  std::filesystem::remove(out);
+}
