@@ -8,18 +8,12 @@
 #include "core/error.h"
 #include "ggml/quants.h"
 #include "ops/cpu/matmul.h"
+#include "random_values.h"
 
 using namespace kvtax;
 
 namespace {
 
-std::vector<float> normal(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 std::vector<SimdLevel> levels() {
   std::vector<SimdLevel> l{SimdLevel::scalar};
@@ -38,7 +32,7 @@ struct Matrix {
 
 Matrix make_matrix(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
   Matrix m{t, rows, cols, std::vector<uint8_t>(ggml_row_bytes(t, uint64_t(cols)) * size_t(rows)), {}};
-  const auto src = normal(rows * cols, seed);
+  const auto src = random_normal(rows * cols, seed);
   const size_t stride = ggml_row_bytes(t, uint64_t(cols));
   std::vector<float> deq(static_cast<size_t>(cols));
   for (int64_t r = 0; r < rows; ++r) {
@@ -95,7 +89,7 @@ void check_type(GgmlType t, ThreadPool& pool) {
   uint32_t seed = 1;
   for (const Shape& s : shapes) {
     const Matrix m = make_matrix(t, s.rows, s.cols, seed++);
-    const auto x = normal(s.ntok * s.cols, seed++);
+    const auto x = random_normal(s.ntok * s.cols, seed++);
     std::vector<float> ref(size_t(s.ntok * s.rows));
     matmul_reference(m.weight(), x.data(), s.ntok, ref.data());
     for (SimdLevel level : levels()) {
@@ -129,7 +123,7 @@ TEST(Matmul, ThreadCountDoesNotChangeResults) {
   ThreadPool one(1), three(3);
   for (GgmlType t : kTypes) {
     const Matrix m = make_matrix(t, 257, 512, 11);
-    const auto x = normal(9 * 512, 12);
+    const auto x = random_normal(9 * 512, 12);
     std::vector<float> a(9 * 257, NAN), b(9 * 257, NAN);
     matmul(m.weight(), x.data(), 9, a.data(), one);
     matmul(m.weight(), x.data(), 9, b.data(), three);

@@ -6,6 +6,7 @@
 #include <vector>
 
 #include "core/error.h"
+#include "random_values.h"
 #include "core/f16.h"
 #include "ggml/blocks.h"
 #include "ggml/quants.h"
@@ -14,13 +15,6 @@ using namespace kvtax;
 
 namespace {
 
-std::vector<float> random_values(int64_t n, uint32_t seed) {
-  std::mt19937 rng(seed);
-  std::normal_distribution<float> dist(0.0f, 1.0f);
-  std::vector<float> v(static_cast<size_t>(n));
-  for (auto& x : v) x = dist(rng);
-  return v;
-}
 
 // RMS error of quantize -> dequantize relative to the RMS of the data.
 double roundtrip_rel_rms(GgmlType t, const std::vector<float>& x) {
@@ -65,7 +59,7 @@ TEST(Quants, RoundTripErrorBounds) {
       {GgmlType::Q4_K, 9e-2},    // 4.5 bpw
       {GgmlType::Q4_0, 1.3e-1},  // 4.5 bpw
   };
-  const auto x = random_values(4096, 7);
+  const auto x = random_normal(4096, 7);
   for (const auto& c : cases) {
     const double err = roundtrip_rel_rms(c.t, x);
     EXPECT_LE(err, c.bound) << ggml_type_name(c.t);
@@ -238,7 +232,7 @@ TEST(Quants, Q2_KHandBlock) {
 }
 
 TEST(Quants, Q8_KSumsMatchValues) {
-  const auto x = random_values(512, 3);
+  const auto x = random_normal(512, 3);
   BlockQ8_K b[2];
   quantize_row(GgmlType::Q8_K, x.data(), b, 512);
   for (const auto& blk : b)

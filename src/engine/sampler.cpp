@@ -2,7 +2,6 @@
 
 #include <algorithm>
 #include <cmath>
-#include <unordered_set>
 
 namespace kvtax {
 
@@ -30,8 +29,10 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
   cand_.resize(size_t(n_vocab));
   for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {logits[i], i};
   if (o_.repeat_penalty != 1.0f) {
-    const std::unordered_set<int32_t> seen(recent_.begin(), recent_.end());
-    for (int32_t t : seen) {
+    seen_.assign(recent_.begin(), recent_.end());
+    std::sort(seen_.begin(), seen_.end());
+    seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
+    for (int32_t t : seen_) {
       if (t < 0 || t >= n_vocab) continue;
       float& l = cand_[size_t(t)].first;
       l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
@@ -52,7 +53,8 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
     }
     // Probabilities at temperature 1 decide top-p / min-p, as in llama.cpp's chain.
     const float max_l = cand_[0].first;
-    std::vector<double> p(keep);
+    std::vector<double>& p = prob_;
+    p.resize(keep);
     double sum = 0;
     for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(double(cand_[i].first - max_l));
     if (o_.top_p < 1.0f) {
@@ -70,10 +72,13 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
       while (i < keep && p[i] >= o_.min_p * p[0]) ++i;
       keep = i;
     }
-    std::vector<double> w(keep);
-    for (size_t i = 0; i < keep; ++i) w[i] = std::exp(double(cand_[i].first - max_l) / o_.temperature);
-    std::discrete_distribution<size_t> dist(w.begin(), w.end());
-    picked = cand_[dist(rng_)].second;
+    // Draw from the kept candidates at the temperature (p is reused for the weights).
+    double total = 0;
+    for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp(double(cand_[i].first - max_l) / o_.temperature);
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    size_t i = 0;
+    while (i + 1 < keep && (u -= p[i]) >= 0) ++i;
+    picked = cand_[i].second;
   }
   accept(picked);
   return picked;

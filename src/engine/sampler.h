@@ -30,7 +30,10 @@ class Sampler {
   SamplerOptions o_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
+  // Reused across calls: sampling allocates nothing per token.
   std::vector<std::pair<float, int32_t>> cand_;
+  std::vector<double> prob_;
+  std::vector<int32_t> seen_;
 };
 
 int32_t argmax(const float* logits, int n);
