@@ -69,6 +69,36 @@ double read_bandwidth(ThreadPool& pool) {
   return best;
 }
 
+// FMA lanes per second of all threads: 10 independent chains of 8-lane FMAs per thread, best of 3.
+__attribute__((target("avx2,fma"))) double fma_lanes_per_thread(int64_t iters) {
+  __m256 a[10];
+  for (int j = 0; j < 10; ++j) a[j] = _mm256_set1_ps(0.001f * j);
+  const __m256 m = _mm256_set1_ps(0.9999f), c = _mm256_set1_ps(1e-4f);
+  const double t0 = now_seconds();
+  for (int64_t i = 0; i < iters; ++i)
+    #pragma GCC unroll 10
+    for (int j = 0; j < 10; ++j) a[j] = _mm256_fmadd_ps(a[j], m, c);
+  const double s = now_seconds() - t0;
+  __m256 x = a[0];
+  for (int j = 1; j < 10; ++j) x = _mm256_add_ps(x, a[j]);
+  volatile float sink = _mm256_cvtss_f32(x);
+  (void)sink;
+  return double(iters) * 80 / s;
+}
+double simd_peak(ThreadPool& pool) {
+  double best = 0;
+  std::vector<double> r(pool.size());
+  for (int rep = 0; rep < 3; ++rep) {
+    pool.parallel_for(pool.size(), [&](int64_t b, int64_t e, int tid) {
+      for (int64_t i = b; i < e; ++i) r[tid] = fma_lanes_per_thread(20'000'000);
+    });
+    double sum = 0;
+    for (double x : r) sum += x;
+    best = std::max(best, sum);
+  }
+  return best;
+}
+
 double process_cpu_seconds() {
   timespec ts;
   clock_gettime(CLOCK_PROCESS_CPUTIME_ID, &ts);
@@ -99,14 +129,17 @@ int main(int argc, char** argv) {
   std::sort(depths.begin(), depths.end());
   ThreadPool pool(threads);
   const double bw = read_bandwidth(pool);
+  const double peak = simd_peak(pool);  // FMA lanes per second, all threads
   const int d = 128;
   if (!json)
-    std::printf("# cpu %s, %s kernels, %d threads, plain read bandwidth %.1f GB/s\n"
-                "%-6s %-6s %7s %10s %10s %9s %8s %7s %9s\n", cpu_model_name().c_str(), simd_name(simd_level()), threads, bw,
-                "shape", "codec", "depth", "ms", "cpu ms", "KV MB", "GB/s", "of bw", "GB/s cpu");
+    std::printf("# cpu %s, %s kernels, %d threads, plain read bandwidth %.1f GB/s, FMA peak %.1f G lanes/s\n"
+                "# bound = max(KV bytes / read bandwidth, 2 x heads x depth x head_dim FMA lanes / FMA peak)\n"
+                "%-6s %-6s %7s %10s %10s %9s %8s %7s %9s %9s %8s\n", cpu_model_name().c_str(), simd_name(simd_level()),
+                threads, bw, peak / 1e9, "shape", "codec", "depth", "ms", "cpu ms", "KV MB", "GB/s", "of bw", "GB/s cpu",
+                "bound ms", "of bound");
   else
-    std::printf("{\"cpu\": \"%s\", \"simd\": \"%s\", \"threads\": %d, \"read_bw_gbs\": %.2f, \"rows\": [\n",
-                cpu_model_name().c_str(), simd_name(simd_level()), threads, bw);
+    std::printf("{\"cpu\": \"%s\", \"simd\": \"%s\", \"threads\": %d, \"read_bw_gbs\": %.2f, \"fma_lanes_per_s\": %.4g, "
+                "\"rows\": [\n", cpu_model_name().c_str(), simd_name(simd_level()), threads, bw, peak);
   bool first = true;
   for (const auto& shp : shapes) {
     const int n_heads = std::atoi(shp.c_str()), n_kv = std::atoi(shp.c_str() + shp.find('/') + 1);
@@ -142,13 +175,16 @@ int main(int argc, char** argv) {
         const double t = ts[ts.size() / 2];
         const double bytes = double(depth) * cache.bytes_per_token();
         const double gbs = bytes / t / 1e9;
+        const double bound = std::max(bytes / (bw * 1e9), 2.0 * n_heads * depth * d / peak);
         if (!json)
-          std::printf("%-6s %-6s %7d %10.3f %10.3f %9.1f %8.1f %6.0f%% %9.1f\n", shp.c_str(), codec.c_str(), depth,
-                      t * 1e3, cpu * 1e3, bytes / 1e6, gbs, 100.0 * gbs / bw, bytes / cpu / 1e9);
+          std::printf("%-6s %-6s %7d %10.3f %10.3f %9.1f %8.1f %6.0f%% %9.1f %9.3f %7.0f%%\n", shp.c_str(), codec.c_str(),
+                      depth, t * 1e3, cpu * 1e3, bytes / 1e6, gbs, 100.0 * gbs / bw, bytes / cpu / 1e9, bound * 1e3,
+                      100.0 * bound / t);
         else
           std::printf("%s  {\"shape\": \"%s\", \"codec\": \"%s\", \"depth\": %d, \"ms\": %.4f, \"cpu_ms\": %.4f, \"kv_bytes\": %.0f, "
-                      "\"gbs\": %.3f, \"frac_bw\": %.4f}", first ? "" : ",\n", shp.c_str(), codec.c_str(), depth,
-                      t * 1e3, cpu * 1e3, bytes, gbs, gbs / bw);
+                      "\"gbs\": %.3f, \"frac_bw\": %.4f, \"bound_ms\": %.4f, \"frac_bound\": %.4f}", first ? "" : ",\n",
+                      shp.c_str(), codec.c_str(), depth,
+                      t * 1e3, cpu * 1e3, bytes, gbs, gbs / bw, bound * 1e3, bound / t);
         first = false;
         std::fflush(stdout);
       }

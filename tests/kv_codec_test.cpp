@@ -186,8 +186,8 @@ TEST(KvCodecLoops, SimdMatchesScalar) {
             sps[r] = ss.data() + r * n;
             spx[r] = sx.data() + r * n;
           }
-          ks.dot[R - 1](rows.data(), rb, n, d, qps, sps);
-          kx.dot[R - 1](rows.data(), rb, n, d, qpx, spx);
+          ks.dot[R - 1](rows.data(), rb, n, d, qps, sps, {});
+          kx.dot[R - 1](rows.data(), rb, n, d, qpx, spx, {});
           // q is quantized to int8 on the integer path: error scales with sum |q_i k_i|.
           const bool int_path = c.id == CodecId::q8 || c.id == CodecId::q4 || c.id == CodecId::q4r || c.id == CodecId::tq4;
           std::vector<float> dec(d);
@@ -213,8 +213,8 @@ TEST(KvCodecLoops, SimdMatchesScalar) {
           std::vector<float> os(o0), ox(o0);
           const float* pp[4]; float* ops[4]; float* opx[4];
           for (int r = 0; r < R; ++r) { pp[r] = p.data() + r * n; ops[r] = os.data() + r * d; opx[r] = ox.data() + r * d; }
-          vs.acc[R - 1](rows.data(), rb, n, d, pp, ops);
-          vx.acc[R - 1](rows.data(), rb, n, d, pp, opx);
+          vs.acc[R - 1](rows.data(), rb, n, d, pp, ops, {});
+          vx.acc[R - 1](rows.data(), rb, n, d, pp, opx, {});
           for (int i = 0; i < R * d; ++i) {
             double mag = std::fabs(o0[i]);
             for (int t = 0; t < n; ++t) {

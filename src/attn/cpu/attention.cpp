@@ -180,9 +180,19 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
         const bool is_hot = kvr.kc == hot && kc_cold != hot;
         const attn::KLoops& kl = is_hot ? kl_hot : kl_cold;
         const uint8_t* const* qp = is_hot ? qh : qc;
+        // While K is scored, pull this tile's V rows in; while V is summed, the next tile's K rows.
+        const attn::Prefetch pf_v{vrows, size_t(n) * kvr.v_stride};
+        attn::Prefetch pf_k_next;
+        if (ti + 1 < t_end) {
+          const int k0n = tr.at(ti + 1) * kTile;
+          const KvCache::Rows nr = c.block_rows(layer, h, k0n / KvCache::kBlockTokens);
+          if (nr.k && k0n < p.L)
+            pf_k_next = {nr.k + size_t(k0n % KvCache::kBlockTokens) * nr.k_stride,
+                         size_t(std::min(kTile, p.L - k0n)) * nr.k_stride};
+        }
         for (int r0 = 0; r0 < rows; r0 += attn::kMaxRows) {
           const int R = std::min(attn::kMaxRows, rows - r0);
-          kl.dot[R - 1](krows, kvr.k_stride, n, d, qp + r0, sp + r0);
+          kl.dot[R - 1](krows, kvr.k_stride, n, d, qp + r0, sp + r0, r0 == 0 ? pf_v : attn::Prefetch{});
         }
         for (int r = 0; r < rows; ++r) {
           float* s = sp[r];
@@ -204,7 +214,7 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
         const attn::VLoops& vl = attn::v_loops(kvr.vc, level);
         for (int r0 = 0; r0 < rows; r0 += attn::kMaxRows) {
           const int R = std::min(attn::kMaxRows, rows - r0);
-          vl.acc[R - 1](vrows, kvr.v_stride, n, d, sp + r0, op + r0);
+          vl.acc[R - 1](vrows, kvr.v_stride, n, d, sp + r0, op + r0, r0 == 0 ? pf_k_next : attn::Prefetch{});
         }
       }
       if (p.n_ch == 1) {

@@ -14,6 +14,7 @@
 namespace {
 
 using kvtax::attn::KLoops;
+using kvtax::attn::Prefetch;
 using kvtax::attn::VLoops;
 using kvtax::attn::MathLoops;
 using kvtax::kv::CodecId;
@@ -134,6 +135,19 @@ struct DecTQ3 : DecF32 {
 };
 
 
+// Issues the caller's prefetch range a few cache lines per loop step, spread over `steps` steps.
+struct Streamer {
+  const char* p;
+  const char* end;
+  int per;
+  Streamer(const Prefetch& pf, int steps)
+      : p(reinterpret_cast<const char*>(pf.p)), end(p + pf.bytes),
+        per(steps > 0 ? int((pf.bytes / 64 + size_t(steps)) / size_t(steps)) : 0) {}
+  void step() {
+    for (int j = 0; j < per && p < end; ++j, p += 64) _mm_prefetch(p, _MM_HINT_T0);
+  }
+};
+
 // ---- float K path
 size_t f_prep_bytes(int d) { return size_t(d) * 4; }
 void f_prep(const float* q, int d, uint8_t* dst) { std::memcpy(dst, q, size_t(d) * 4); }
@@ -151,16 +165,19 @@ inline __m256 hsum8(const __m256* a) {
 template <int R> constexpr int kTokensPerStep = 8 / R;
 
 template <class Dec, int R>
-void dot_f(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
+void dot_f(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s,
+           const Prefetch& pf) {
   const Dec dec(d);
   const float* qf[R];
   #pragma GCC unroll 8
   for (int r = 0; r < R; ++r) qf[r] = reinterpret_cast<const float*>(q[r]);
   constexpr int TT = kTokensPerStep<R>;
+  Streamer pre(pf, n / TT);
   int t = 0;
   if constexpr (TT * R == 8) {
     for (; t + TT <= n; t += TT) {
       const uint8_t* row = k + t * stride;
+      pre.step();
       __m256 a[8];
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
@@ -259,7 +276,8 @@ inline __m256i load_codes(const uint8_t* codes, int b, __m256i lut) {
 }
 
 template <IntK KIND, int R>
-void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
+void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s,
+           const Prefetch& pf) {
   const int nb = d / 32;
   const float* qs[R];
   const int8_t* qi[R];
@@ -275,10 +293,12 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
                                 reinterpret_cast<const __m128i*>(kvtax::kv::tq4_levels_i8().data())))
                           : _mm256_setzero_si256();
   const float inv_grid = kTQ ? 1.0f / kvtax::kv::tq4_grid() : 1.0f;
+  Streamer pre(pf, n / TT);
   int t = 0;
   if constexpr (TT * R == 8) {
     for (; t + TT <= n; t += TT) {
       const uint8_t* row = k + t * stride;
+      pre.step();
       __m256 a[8];
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
@@ -339,7 +359,8 @@ template <int R> constexpr int kHalves = R <= 2 ? 2 : 1;
 template <int R> constexpr int kSets = R == 1 ? 2 : 1;
 
 template <class Dec, int R, int NH, int P>
-void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d, const float* w, int ns, float* const* o) {
+void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d, const float* w, int ns, float* const* o,
+                Streamer& pre) {
   constexpr int W = 16 * NH;
   for (int i = 0; i < d; i += W) {
     const int si = ns == 1 ? 0 : i / 32;
@@ -353,7 +374,8 @@ void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d
         for (int ps = 1; ps < P; ++ps) a[ps][r][j] = _mm256_setzero_ps();
       }
     int t = 0;
-    for (; t + P <= m; t += P)
+    for (; t + P <= m; t += P) {
+      pre.step();
       #pragma GCC unroll 8
       for (int ps = 0; ps < P; ++ps) {
         const uint8_t* row = base + (t + ps) * stride;
@@ -367,6 +389,7 @@ void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d
           for (int j = 0; j < 2 * NH; ++j) a[ps][r][j] = _mm256_fmadd_ps(wv, v[j], a[ps][r][j]);
         }
       }
+    }
     for (; t < m; ++t) {
       __m256 v[2 * NH];
       #pragma GCC unroll 8
@@ -393,9 +416,12 @@ void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d
 // V path: weights p[r][t] * (row or block scale) are formed once per token, then each slice of the
 // output stays in registers while the run of V rows streams past (the run is L1-resident).
 template <class Dec, int R>
-void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o) {
+void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o,
+           const Prefetch& pf) {
   const Dec dec(d);
   const int ns = dec.nscales();
+  constexpr int W = 16 * kHalves<R>, P = kSets<R>;
+  Streamer pre(pf, (d / W) * (std::min(n, 64) / P));
   alignas(32) float w[kvtax::attn::kMaxRows * 64 * 32];
   for (int t0 = 0; t0 < n; t0 += 64) {  // runs longer than 64 rows are split
     const int m = std::min(64, n - t0);
@@ -407,9 +433,9 @@ void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p,
         for (int r = 0; r < R; ++r) w[(r * m + t) * ns + si] = p[r][t0 + t] * sc;
       }
     if (kHalves<R> == 2 && d % 32 == 0)
-      acc_slices<Dec, R, kHalves<R>, kSets<R>>(dec, base, stride, m, d, w, ns, o);
+      acc_slices<Dec, R, kHalves<R>, kSets<R>>(dec, base, stride, m, d, w, ns, o, pre);
     else
-      acc_slices<Dec, R, 1, kSets<R>>(dec, base, stride, m, d, w, ns, o);
+      acc_slices<Dec, R, 1, kSets<R>>(dec, base, stride, m, d, w, ns, o, pre);
   }
 }
 

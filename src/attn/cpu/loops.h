@@ -12,18 +12,28 @@ namespace kvtax::attn {
 
 constexpr int kMaxRows = 4;  // query rows handled per pass over a run of K/V rows
 
+// Bytes the caller reads next (the V rows of this tile, the K rows of the next one). The SIMD loops
+// stream them into the cache a few lines per step, so DRAM latency overlaps the arithmetic instead of
+// stalling the first touch of each row; scalar loops ignore it.
+struct Prefetch {
+  const uint8_t* p = nullptr;
+  size_t bytes = 0;
+};
+
 // K side: the query is first prepared into the codec's dot format (f32 for float codecs, int8 blocks
 // with f32 scales for q8/q4), then dot[R-1] computes s[r][t] = q_r . K_t for R rows at once, so each
 // K row is read once for R query heads.
 struct KLoops {
   size_t (*prep_bytes)(int d);
   void (*prep)(const float* q, int d, uint8_t* dst);
-  void (*dot[kMaxRows])(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s);
+  void (*dot[kMaxRows])(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s,
+                        const Prefetch& pf);
 };
 
 // V side: o[r][0..d) += sum_t p[r][t] * V_t for R rows at once.
 struct VLoops {
-  void (*acc[kMaxRows])(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o);
+  void (*acc[kMaxRows])(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o,
+                        const Prefetch& pf);
 };
 
 // Softmax helpers: exp_sum sets s[t] = exp(s[t] - m) and returns the sum; scale multiplies x by c.

@@ -14,7 +14,7 @@ size_t prep_bytes(int d) { return size_t(d) * 4; }
 void prep(const float* q, int d, uint8_t* dst) { std::memcpy(dst, q, size_t(d) * 4); }
 
 template <kv::CodecId C, int R>
-void dot(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s) {
+void dot(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q, float* const* s, const Prefetch&) {
   float row[1024];
   for (int t = 0; t < n; ++t) {
     kv::codec(C).decode(k + t * stride, d, row);
@@ -28,7 +28,7 @@ void dot(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* q,
 }
 
 template <kv::CodecId C, int R>
-void acc(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o) {
+void acc(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o, const Prefetch&) {
   float row[1024];
   for (int t = 0; t < n; ++t) {
     kv::codec(C).decode(v + t * stride, d, row);
