@@ -26,6 +26,7 @@ struct Plan {
   int H, d, n_rep, L, n_q, q0;   // q0: position of the first query row
   int qt_pos, n_qt, n_ch, rows_max;
   size_t prep_cold, prep_hot;
+  bool dense;  // more query rows than one pass of the loops takes: decode each K/V tile once to f32
 };
 
 // One thread's scratch; sized from the plan only (never from the context length).
@@ -33,9 +34,13 @@ struct Scratch {
   std::vector<uint8_t> bytes;
   uint8_t* prep_cold; uint8_t* prep_hot;
   float *s, *acc, *m, *l, *tmp;
+  float *qf, *kd, *vd;  // dense mode: f32 query rows, decoded K and V tiles
+  static size_t dense_floats(const Plan& p) {
+    return p.dense ? size_t(p.rows_max) * p.d + 2 * size_t(kTile) * p.d : 0;
+  }
   static size_t size(const Plan& p) {
     return size_t(p.rows_max) * (p.prep_cold + p.prep_hot) +
-           4 * (size_t(p.rows_max) * (kTile + p.d + 2) + p.d) + 256;
+           4 * (size_t(p.rows_max) * (kTile + p.d + 2) + p.d + dense_floats(p)) + 256;
   }
   void setup(const Plan& p) {
     if (bytes.size() < size(p)) bytes.resize(size(p));
@@ -48,6 +53,9 @@ struct Scratch {
     m = acc + size_t(p.rows_max) * p.d;
     l = m + p.rows_max;
     tmp = l + p.rows_max;
+    qf = tmp + p.d;
+    kd = qf + (p.dense ? size_t(p.rows_max) * p.d : 0);
+    vd = kd + (p.dense ? size_t(kTile) * p.d : 0);
   }
 };
 
@@ -99,6 +107,7 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
   p.qt_pos = std::max(1, kTileRows / p.n_rep);
   p.n_qt = (n_q + p.qt_pos - 1) / p.qt_pos;
   p.rows_max = std::min(p.qt_pos, n_q) * p.n_rep;
+  p.dense = p.rows_max > attn::kMaxRows;
   const attn::KLoops& kl_cold = attn::k_loops(kc_cold, level);
   const attn::KLoops& kl_hot = attn::k_loops(hot, level);
   p.prep_cold = (kl_cold.prep_bytes(p.d) + 31) / 32 * 32;
@@ -117,6 +126,8 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
     while (bytes > prev && !g_scratch_peak.compare_exchange_weak(prev, bytes)) {}
   }
   const attn::MathLoops& math = attn::math_loops(level);
+  const attn::KLoops& kl_f32 = attn::k_loops(kv::CodecId::f32, level);
+  const attn::VLoops& vl_f32 = attn::v_loops(kv::CodecId::f32, level);
   const float qscale = 1.0f / std::sqrt(float(p.d));
   const bool k_rot = c.k_rotated(), v_rot = c.v_rotated();
   const int d = p.d;
@@ -128,6 +139,7 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
     S.setup(p);
     const uint8_t* qc[kTileRows];
     const uint8_t* qh[kTileRows];
+    const uint8_t* qd[kTileRows];  // dense mode: f32 rows in the f32 loops' prepared format
     float* sp[kTileRows];
     float* op[kTileRows];
     int qpos[kTileRows];
@@ -142,6 +154,11 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
         const float* src = q + size_t(i0 + pi) * stride_q + size_t(h * p.n_rep + g) * d;
         for (int i = 0; i < d; ++i) S.tmp[i] = src[i] * qscale;
         if (k_rot) kv::rotate(S.tmp, d, S.tmp);
+        if (p.dense) {
+          float* qr = S.qf + size_t(r) * d;
+          std::memcpy(qr, S.tmp, sizeof(float) * d);
+          qd[r] = reinterpret_cast<const uint8_t*>(qr);
+        }
         qc[r] = S.prep_cold + size_t(r) * p.prep_cold;
         kl_cold.prep(S.tmp, d, const_cast<uint8_t*>(qc[r]));
         if (p.prep_hot) {
@@ -178,12 +195,24 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
         const uint8_t* krows = kvr.k + size_t(off) * kvr.k_stride;
         const uint8_t* vrows = kvr.v + size_t(off) * kvr.v_stride;
         const bool is_hot = kvr.kc == hot && kc_cold != hot;
-        const attn::KLoops& kl = is_hot ? kl_hot : kl_cold;
+        const attn::KLoops* kl = is_hot ? &kl_hot : &kl_cold;
+        const attn::VLoops* vl = &attn::v_loops(kvr.vc, level);
         const uint8_t* const* qp = is_hot ? qh : qc;
+        size_t k_stride = kvr.k_stride, v_stride = kvr.v_stride;
+        if (p.dense) {  // decode the tile once; all query rows of the item then run the f32 loops over it
+          attn::v_loops(kvr.kc, level).decode(krows, kvr.k_stride, n, d, S.kd);
+          vl->decode(vrows, kvr.v_stride, n, d, S.vd);
+          krows = reinterpret_cast<const uint8_t*>(S.kd);
+          vrows = reinterpret_cast<const uint8_t*>(S.vd);
+          k_stride = v_stride = sizeof(float) * d;
+          kl = &kl_f32;
+          vl = &vl_f32;
+          qp = qd;
+        }
         // While K is scored, pull this tile's V rows in; while V is summed, the next tile's K rows.
-        const attn::Prefetch pf_v{vrows, size_t(n) * kvr.v_stride};
+        const attn::Prefetch pf_v = p.dense ? attn::Prefetch{} : attn::Prefetch{vrows, size_t(n) * v_stride};
         attn::Prefetch pf_k_next;
-        if (ti + 1 < t_end) {
+        if (ti + 1 < t_end && !p.dense) {
           const int k0n = tr.at(ti + 1) * kTile;
           const KvCache::Rows nr = c.block_rows(layer, h, k0n / KvCache::kBlockTokens);
           if (nr.k && k0n < p.L)
@@ -192,7 +221,7 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
         }
         for (int r0 = 0; r0 < rows; r0 += attn::kMaxRows) {
           const int R = std::min(attn::kMaxRows, rows - r0);
-          kl.dot[R - 1](krows, kvr.k_stride, n, d, qp + r0, sp + r0, r0 == 0 ? pf_v : attn::Prefetch{});
+          kl->dot[R - 1](krows, k_stride, n, d, qp + r0, sp + r0, r0 == 0 ? pf_v : attn::Prefetch{});
         }
         for (int r = 0; r < rows; ++r) {
           float* s = sp[r];
@@ -211,10 +240,9 @@ void attention_at(SimdLevel level, const KvCache& c, int layer, const float* q, 
           if (corr != 1.0f) math.scale(op[r], d, corr);
           S.m[r] = m_new;
         }
-        const attn::VLoops& vl = attn::v_loops(kvr.vc, level);
         for (int r0 = 0; r0 < rows; r0 += attn::kMaxRows) {
           const int R = std::min(attn::kMaxRows, rows - r0);
-          vl.acc[R - 1](vrows, kvr.v_stride, n, d, sp + r0, op + r0, r0 == 0 ? pf_k_next : attn::Prefetch{});
+          vl->acc[R - 1](vrows, v_stride, n, d, sp + r0, op + r0, r0 == 0 ? pf_k_next : attn::Prefetch{});
         }
       }
       if (p.n_ch == 1) {

@@ -447,7 +447,25 @@ constexpr KLoops make_kq() {
           {dot_q<KIND, 1>, dot_q<KIND, 2>, dot_q<KIND, 3>, dot_q<KIND, 4>}};
 }
 template <class Dec>
-constexpr VLoops make_v() { return {{acc_v<Dec, 1>, acc_v<Dec, 2>, acc_v<Dec, 3>, acc_v<Dec, 4>}}; }
+void decode_rows(const uint8_t* rows, size_t stride, int n, int d, float* out) {
+  const Dec dec(d);
+  const int ns = dec.nscales();
+  for (int t = 0; t < n; ++t, out += d) {
+    const uint8_t* row = rows + size_t(t) * stride;
+    for (int i = 0; i < d; i += 16) {
+      const __m256 sc = _mm256_set1_ps(dec.scale(row, ns == 1 ? 0 : i / 32));
+      __m256 a, b;
+      dec.load16(row, i, a, b);
+      _mm256_storeu_ps(out + i, _mm256_mul_ps(a, sc));
+      _mm256_storeu_ps(out + i + 8, _mm256_mul_ps(b, sc));
+    }
+  }
+}
+
+template <class Dec>
+constexpr VLoops make_v() {
+  return {{acc_v<Dec, 1>, acc_v<Dec, 2>, acc_v<Dec, 3>, acc_v<Dec, 4>}, decode_rows<Dec>};
+}
 
 // Order follows kv::CodecId.
 const KLoops kK[] = {make_kf<DecF32>(),     make_kf<DecF16>(),     make_kf<DecBF16>(),

@@ -30,10 +30,13 @@ struct KLoops {
                         const Prefetch& pf);
 };
 
-// V side: o[r][0..d) += sum_t p[r][t] * V_t for R rows at once.
+// V side: o[r][0..d) += sum_t p[r][t] * V_t for R rows at once. decode writes n rows of the codec (K or V
+// rows: the formats are the same) as f32 [n][d], in the codec's stored (possibly rotated) space: prefill
+// decodes each tile once and runs the f32 loops over it for all its query rows.
 struct VLoops {
   void (*acc[kMaxRows])(const uint8_t* v, size_t stride, int n, int d, const float* const* p, float* const* o,
                         const Prefetch& pf);
+  void (*decode)(const uint8_t* rows, size_t stride, int n, int d, float* out);
 };
 
 // Softmax helpers: exp_sum sets s[t] = exp(s[t] - m) and returns the sum; scale multiplies x by c.

@@ -42,7 +42,12 @@ void acc(const uint8_t* v, size_t stride, int n, int d, const float* const* p, f
 template <kv::CodecId C>
 constexpr KLoops make_k() { return {prep_bytes, prep, {dot<C, 1>, dot<C, 2>, dot<C, 3>, dot<C, 4>}}; }
 template <kv::CodecId C>
-constexpr VLoops make_v() { return {{acc<C, 1>, acc<C, 2>, acc<C, 3>, acc<C, 4>}}; }
+void decode(const uint8_t* rows, size_t stride, int n, int d, float* out) {
+  for (int t = 0; t < n; ++t) kv::codec(C).decode(rows + t * stride, d, out + size_t(t) * d);
+}
+
+template <kv::CodecId C>
+constexpr VLoops make_v() { return {{acc<C, 1>, acc<C, 2>, acc<C, 3>, acc<C, 4>}, decode<C>}; }
 
 using kv::CodecId;
 const KLoops kK[] = {make_k<CodecId::f32>(), make_k<CodecId::f16>(), make_k<CodecId::bf16>(),
