@@ -2,7 +2,7 @@
 // Reports time per call, GB/s of KV bytes the call must read, and that as a fraction of this machine's
 // read bandwidth, measured here with a plain multi-threaded read loop over a buffer far larger than L3.
 //   attn_bench [--threads 2] [--depths 4096,16384,32768,65536] [--codecs f16,q8,...] [--shapes 32/8,32/32]
-//              [--json]
+//              [--head-dim 128] [--json]
 #include <immintrin.h>
 
 #include <algorithm>
@@ -113,6 +113,7 @@ int main(int argc, char** argv) {
   std::vector<std::string> codecs = {"f32", "f16", "bf16", "fp8", "q8", "q4", "q4r", "tq4", "tq3"};
   std::vector<std::string> shapes = {"32/8", "32/32"};
   bool json = false;
+  int d = 128;
   for (int i = 1; i < argc; ++i) {
     const std::string a = argv[i];
     auto next = [&]() -> std::string {
@@ -123,6 +124,7 @@ int main(int argc, char** argv) {
     else if (a == "--depths") { depths.clear(); for (auto& s : split(next())) depths.push_back(std::atoi(s.c_str())); }
     else if (a == "--codecs") codecs = split(next());
     else if (a == "--shapes") shapes = split(next());
+    else if (a == "--head-dim") d = std::atoi(next().c_str());
     else if (a == "--json") json = true;
     else { std::fprintf(stderr, "unknown option %s\n", a.c_str()); return 2; }
   }
@@ -130,7 +132,6 @@ int main(int argc, char** argv) {
   ThreadPool pool(threads);
   const double bw = read_bandwidth(pool);
   const double peak = simd_peak(pool);  // FMA lanes per second, all threads
-  const int d = 128;
   if (!json)
     std::printf("# cpu %s, %s kernels, %d threads, plain read bandwidth %.1f GB/s, FMA peak %.1f G lanes/s\n"
                 "# bound = max(KV bytes / read bandwidth, 2 x heads x depth x head_dim FMA lanes / FMA peak)\n"

@@ -8,7 +8,25 @@
 #include "core/error.h"
 #include "kv/rotation.h"
 
+#include <sys/mman.h>
+
 namespace kvtax {
+
+namespace {
+
+// Large blocks start on a 2 MiB boundary and ask for transparent huge pages: attention streams the whole
+// cache every token, and with 4 KiB pages every 64 cache lines cost a TLB walk and stop the prefetchers.
+uint8_t* alloc_block(size_t bytes) {
+  constexpr size_t kHuge = size_t(2) << 20;
+  const size_t align = bytes >= kHuge / 2 ? kHuge : 64;
+  void* p = nullptr;
+  if (posix_memalign(&p, align, (bytes + 63) / 64 * 64) != 0) fail("KV cache: out of memory allocating a {}-byte block", bytes);
+  if (align == kHuge) madvise(p, bytes / kHuge * kHuge, MADV_HUGEPAGE);
+  return static_cast<uint8_t*>(p);
+}
+
+}  // namespace
+
 
 namespace {
 
@@ -118,8 +136,7 @@ KvCache::Block& KvCache::ensure_block(int b, int append_end) {
     fail("KV cache reservation exhausted at position {}: {} bytes used + {} for a new block > {} reserved "
          "(spec {}, appends larger than {} tokens between commits need more)",
          int64_t(b) * kBlockTokens, used_, bytes, reserved_, spec_.str(), max_chunk_);
-  blk.data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  if (!blk.data) fail("KV cache: out of memory allocating a {}-byte block", bytes);
+  blk.data = alloc_block(bytes);
   std::memset(blk.data + bytes - kPad, 0, kPad);
   blk.hot = hot;
   used_ += bytes;
@@ -176,8 +193,7 @@ void KvCache::transcode(Block& blk) {
   const size_t bytes = block_bytes(false);
   if (used_ + bytes > reserved_)
     fail("KV cache reservation exhausted while moving a block to {} (used {}, reserved {})", spec_.str(), used_, reserved_);
-  cold.data = static_cast<uint8_t*>(std::aligned_alloc(64, (bytes + 63) / 64 * 64));
-  if (!cold.data) fail("KV cache: out of memory allocating a {}-byte block", bytes);
+  cold.data = alloc_block(bytes);
   std::memset(cold.data + bytes - kPad, 0, kPad);
   used_ += bytes;
   peak_ = std::max(peak_, used_);
