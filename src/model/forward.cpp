@@ -63,51 +63,56 @@ void Forward::eval(const int32_t* tokens, int n, float* logits, bool all_logits)
 
   for (int l = 0; l < int(c.n_layers); ++l) {
     const LayerWeights& w = m_.layers()[l];
+    // Every row feeds the cache (k, v), but past the last layer's cache append only the rows whose logits
+    // are wanted matter: the last layer computes q, attention and the feed-forward for rows [r0, n) only.
+    const int r0 = (l + 1 == int(c.n_layers) && !all_logits) ? n - 1 : 0, m = n - r0;
+    float* x = &x_[size_t(r0) * d];
 
     // Attention: q, k, v projections, per-head norm (qwen3), rotary positions, then attention over the cache.
     for (int t = 0; t < n; ++t) rmsnorm(&x_[size_t(t) * d], w.attn_norm, &xb_[size_t(t) * d], d, c.rms_eps);
-    matmul(w.wq, xb_.data(), n, q_.data(), pool_);
+    matmul(w.wq, &xb_[size_t(r0) * d], m, q_.data(), pool_);
     matmul(w.wk, xb_.data(), n, k_.data(), pool_);
     matmul(w.wv, xb_.data(), n, v_.data(), pool_);
     dump("attn_norm", l, xb_.data(), size_t(n) * d);
-    dump("Qraw", l, q_.data(), size_t(n) * q_dim);
+    dump("Qraw", l, q_.data(), size_t(m) * q_dim);
     dump("Kraw", l, k_.data(), size_t(n) * kv_dim);
     dump("Vcur", l, v_.data(), size_t(n) * kv_dim);
     for (int t = 0; t < n; ++t) {
-      float* q = &q_[size_t(t) * q_dim];
       float* k = &k_[size_t(t) * kv_dim];
-      if (w.bq) {
-        add_inplace(q, w.bq, q_dim);
+      if (w.bk) {
         add_inplace(k, w.bk, kv_dim);
         add_inplace(&v_[size_t(t) * kv_dim], w.bv, kv_dim);
       }
-      if (w.q_norm) {
-        for (int h = 0; h < nh; ++h) rmsnorm(q + h * hd, w.q_norm, q + h * hd, hd, c.rms_eps);
+      if (w.k_norm)
         for (int h = 0; h < nkv; ++h) rmsnorm(k + h * hd, w.k_norm, k + h * hd, hd, c.rms_eps);
-      }
-      rope_.apply(q, nh, hd, pos0 + t);
       rope_.apply(k, nkv, hd, pos0 + t);
+      if (t < r0) continue;
+      float* q = &q_[size_t(t - r0) * q_dim];
+      if (w.bq) add_inplace(q, w.bq, q_dim);
+      if (w.q_norm)
+        for (int h = 0; h < nh; ++h) rmsnorm(q + h * hd, w.q_norm, q + h * hd, hd, c.rms_eps);
+      rope_.apply(q, nh, hd, pos0 + t);
     }
-    dump("Qcur", l, q_.data(), size_t(n) * q_dim);
+    dump("Qcur", l, q_.data(), size_t(m) * q_dim);
     dump("Kcur", l, k_.data(), size_t(n) * kv_dim);
     cache_.append(l, n, k_.data(), v_.data());
-    attention(cache_, l, q_.data(), n, nh, att_.data(), pool_);
-    dump("kqv_out", l, att_.data(), size_t(n) * q_dim);
-    matmul(w.wo, att_.data(), n, xb2_.data(), pool_);
-    dump("attn_out", l, xb2_.data(), size_t(n) * d);
-    add_inplace(x_.data(), xb2_.data(), int64_t(n) * d);
-    dump("ffn_inp", l, x_.data(), size_t(n) * d);
+    attention(cache_, l, q_.data(), m, nh, att_.data(), pool_);
+    dump("kqv_out", l, att_.data(), size_t(m) * q_dim);
+    matmul(w.wo, att_.data(), m, xb2_.data(), pool_);
+    dump("attn_out", l, xb2_.data(), size_t(m) * d);
+    add_inplace(x, xb2_.data(), int64_t(m) * d);
+    dump("ffn_inp", l, x, size_t(m) * d);
 
     // Feed-forward: down(silu(gate(x)) * up(x)).
-    for (int t = 0; t < n; ++t) rmsnorm(&x_[size_t(t) * d], w.ffn_norm, &xb_[size_t(t) * d], d, c.rms_eps);
-    matmul(w.w_gate, xb_.data(), n, hb_.data(), pool_);
-    matmul(w.w_up, xb_.data(), n, hb2_.data(), pool_);
-    silu_mul_inplace(hb_.data(), hb2_.data(), int64_t(n) * ff);
-    dump("ffn_norm", l, xb_.data(), size_t(n) * d);
-    matmul(w.w_down, hb_.data(), n, xb2_.data(), pool_);
-    dump("ffn_out", l, xb2_.data(), size_t(n) * d);
-    add_inplace(x_.data(), xb2_.data(), int64_t(n) * d);
-    dump("l_out", l, x_.data(), size_t(n) * d);
+    for (int t = 0; t < m; ++t) rmsnorm(x + size_t(t) * d, w.ffn_norm, &xb_[size_t(t) * d], d, c.rms_eps);
+    matmul(w.w_gate, xb_.data(), m, hb_.data(), pool_);
+    matmul(w.w_up, xb_.data(), m, hb2_.data(), pool_);
+    silu_mul_inplace(hb_.data(), hb2_.data(), int64_t(m) * ff);
+    dump("ffn_norm", l, xb_.data(), size_t(m) * d);
+    matmul(w.w_down, hb_.data(), m, xb2_.data(), pool_);
+    dump("ffn_out", l, xb2_.data(), size_t(m) * d);
+    add_inplace(x, xb2_.data(), int64_t(m) * d);
+    dump("l_out", l, x, size_t(m) * d);
   }
   cache_.commit(n);
 
