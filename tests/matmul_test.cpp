@@ -85,6 +85,10 @@ void check_type(GgmlType t, ThreadPool& pool) {
   if (!quantized_activations(t)) {
     shapes.push_back({4, 101, 5});   // float tails
     shapes.push_back({6, 1100, 9});  // a panel plus a short one with a tail
+    // the packed GEMM: k-chunk tails, token groups of 6 with a remainder, a second row block
+    shapes.push_back({32, 264, 9});
+    shapes.push_back({48, 520, 13});
+    shapes.push_back({272, 256, 8});
   }
   uint32_t seed = 1;
   for (const Shape& s : shapes) {

@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "ggml/quants.h"
+#include "ops/cpu/gemm_float.h"
 #include "ops/cpu/matmul_kernels.h"
 
 namespace kvtax {
@@ -118,7 +119,12 @@ void matmul_at(SimdLevel level, const Weight& w, const float* x, int64_t n_token
   }
 
   const GgmlType act_type = kind == mm::Act::f32 ? GgmlType::F32 : kind == mm::Act::q8_0 ? GgmlType::Q8_0 : GgmlType::Q8_K;
+  const bool packed_gemm = level >= SimdLevel::avx2 && mm::gemm_float_applies(w.type, w.rows, w.cols, n_tokens);
   auto run_rows = [&](int64_t r0, int64_t r1) {
+    if (packed_gemm) {
+      mm::gemm_float_avx2(w.type, w.data, w_stride, r0, r1, w.cols, x, n_tokens, y, w.rows);
+      return;
+    }
     if (n_tokens == 1) {
       tile(w.data + size_t(r0) * w_stride, w_stride, r1 - r0, act, act_stride, 1, w.cols, y + r0, w.rows, false);
       return;
