@@ -38,21 +38,12 @@ void dequant_q3_k(const BlockQ3_K* b, float* y, int64_t nb) {
   }
 }
 
-void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
-  for (int64_t i = 0; i < nb; ++i) {
-    const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
-    // Each 32 bytes of qs hold two sub-blocks: low nibbles then high nibbles.
-    for (int j = 0; j < 8; ++j) {
-      uint8_t sc, m;
-      k_scale_min(j, b[i].scales, sc, m);
-      const uint8_t* q = b[i].qs + 32 * (j / 2);
-      const int shift = 4 * (j % 2);
-      for (int l = 0; l < 32; ++l) *y++ = d * float(sc) * float((q[l] >> shift) & 0xF) - dmin * float(m);
-    }
-  }
-}
+namespace {
 
-void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
+// Q4_K and Q5_K share the layout of scales, mins and low nibbles (each 32 bytes of qs hold two
+// sub-blocks: low nibbles then high nibbles); `high(block, j, l)` adds a format's extra bits.
+template <class Block, class HighBits>
+void dequant_k_nibbles(const Block* b, float* y, int64_t nb, HighBits high) {
   for (int64_t i = 0; i < nb; ++i) {
     const float d = f16_to_f32(b[i].d), dmin = f16_to_f32(b[i].dmin);
     for (int j = 0; j < 8; ++j) {
@@ -61,11 +52,22 @@ void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
       const uint8_t* q = b[i].qs + 32 * (j / 2);
       const int shift = 4 * (j % 2);
       for (int l = 0; l < 32; ++l) {
-        const int v = ((q[l] >> shift) & 0xF) | (((b[i].qh[l] >> j) & 1) << 4);
+        const int v = ((q[l] >> shift) & 0xF) | high(b[i], j, l);
         *y++ = d * float(sc) * float(v) - dmin * float(m);
       }
     }
   }
+}
+
+}  // namespace
+
+void dequant_q4_k(const BlockQ4_K* b, float* y, int64_t nb) {
+  dequant_k_nibbles(b, y, nb, [](const BlockQ4_K&, int, int) { return 0; });
+}
+
+void dequant_q5_k(const BlockQ5_K* b, float* y, int64_t nb) {
+  // Bit j of qh[l] is the fifth bit of value l of sub-block j.
+  dequant_k_nibbles(b, y, nb, [](const BlockQ5_K& blk, int j, int l) { return ((blk.qh[l] >> j) & 1) << 4; });
 }
 
 void dequant_q6_k(const BlockQ6_K* b, float* y, int64_t nb) {

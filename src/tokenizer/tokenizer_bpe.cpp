@@ -1,9 +1,10 @@
 // Byte-level BPE: cut text into words with the vocabulary's pre-tokenizer, then in each word
 // start from one symbol per byte and apply merges lowest rank first (leftmost on ties).
 #include <algorithm>
-#include <queue>
+#include <functional>
 
 #include "tokenizer/byte_alphabet.h"
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvtax::tok {
@@ -54,36 +55,23 @@ void Tokenizer::bpe_word(std::string_view word, std::vector<int32_t>& out) const
   thread_local std::vector<Symbol> sym;
   thread_local std::vector<Pair> heap;
   sym.clear();
-  heap.clear();
   const int32_t n = int32_t(word.size());
   for (int32_t i = 0; i < n; ++i)
     sym.push_back({i - 1, i + 1 == n ? -1 : i + 1, byte_symbol_[static_cast<unsigned char>(word[size_t(i)])], uint32_t(i), 1});
 
-  const auto push = [&](int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
-    const int32_t a = sym[size_t(l)].id, b = sym[size_t(r)].id;
-    const PairMap::Value* m = merges_.find(a, b);
-    if (!m) return;
-    heap.push_back({m->rank, l, r, a, b, m->merged});
-    std::push_heap(heap.begin(), heap.end(), std::greater<>());
-  };
-  for (int32_t i = 1; i < n; ++i) push(i - 1, i);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end(), std::greater<>());
-    const Pair p = heap.back();
-    heap.pop_back();
-    Symbol& l = sym[size_t(p.left)];
-    Symbol& r = sym[size_t(p.right)];
-    if (l.len == 0 || r.len == 0 || l.next != p.right || l.id != p.left_id || r.id != p.right_id) continue;  // stale
-    l.id = p.merged;
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[size_t(r.next)].prev = p.left;
-    push(l.prev, p.left);
-    push(p.left, l.next);
-  }
+  merge_symbols(
+      sym, heap, std::greater<>(),
+      [&](int32_t l, int32_t r, Pair& out) {
+        const int32_t a = sym[size_t(l)].id, b = sym[size_t(r)].id;
+        const PairMap::Value* m = merges_.find(a, b);
+        if (m) out = {m->rank, l, r, a, b, m->merged};
+        return m != nullptr;
+      },
+      [](const Pair& p, Symbol& l, const Symbol& r) {
+        if (l.id != p.left_id || r.id != p.right_id) return false;
+        l.id = p.merged;
+        return true;
+      });
 
   for (int32_t i = 0; i != -1; i = sym[size_t(i)].next) {
     const Symbol& s = sym[size_t(i)];

@@ -1,8 +1,9 @@
 // SentencePiece-style merging as llama.cpp does it: start from UTF-8 characters, repeatedly merge
 // the adjacent pair whose concatenation is the vocabulary token with the highest score (leftmost
 // on ties), then fall back to byte tokens for characters that are not tokens.
-#include <algorithm>
+#include <functional>
 
+#include "tokenizer/symbol_merge.h"
 #include "tokenizer/tokenizer.h"
 #include "tokenizer/unicode.h"
 
@@ -52,31 +53,15 @@ void Tokenizer::spm_segment(std::string_view text, std::vector<int32_t>& out) co
   if (sym.empty()) return;
 
   thread_local std::vector<Bigram> heap;  // max-heap by operator<
-  heap.clear();
-  const auto try_pair = [&](int32_t l, int32_t r) {
-    if (l < 0 || r < 0) return;
-    const uint32_t len = sym[size_t(l)].len + sym[size_t(r)].len;
-    const int32_t id = find_token(text.substr(sym[size_t(l)].off, len));
-    if (id < 0) return;
-    heap.push_back({v_.scores.empty() ? 0.0f : v_.scores[size_t(id)], l, r, len});
-    std::push_heap(heap.begin(), heap.end());
-  };
-  for (int32_t i = 1; i < int32_t(sym.size()); ++i) try_pair(i - 1, i);
-
-  while (!heap.empty()) {
-    std::pop_heap(heap.begin(), heap.end());
-    const Bigram b = heap.back();
-    heap.pop_back();
-    Symbol& l = sym[size_t(b.left)];
-    Symbol& r = sym[size_t(b.right)];
-    if (l.len == 0 || r.len == 0 || l.next != b.right || l.len + r.len != b.len) continue;  // stale
-    l.len += r.len;
-    r.len = 0;
-    l.next = r.next;
-    if (r.next >= 0) sym[size_t(r.next)].prev = b.left;
-    try_pair(l.prev, b.left);
-    try_pair(b.left, l.next);
-  }
+  merge_symbols(
+      sym, heap, std::less<>(),
+      [&](int32_t l, int32_t r, Bigram& out) {
+        const uint32_t len = sym[size_t(l)].len + sym[size_t(r)].len;
+        const int32_t id = find_token(text.substr(sym[size_t(l)].off, len));
+        if (id >= 0) out = {v_.scores.empty() ? 0.0f : v_.scores[size_t(id)], l, r, len};
+        return id >= 0;
+      },
+      [](const Bigram& b, const Symbol& l, const Symbol& r) { return l.len + r.len == b.len; });
 
   for (int32_t i = 0; i != -1; i = sym[size_t(i)].next) {
     const std::string_view piece = text.substr(sym[size_t(i)].off, sym[size_t(i)].len);
