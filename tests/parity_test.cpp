@@ -7,6 +7,8 @@
 #include <filesystem>
 #include <stdexcept>
 
+#include <unistd.h>
+
 #include <fmt/format.h>
 
 #include "golden.h"
@@ -109,10 +111,20 @@ void PrintTo(const RandomCase& c, std::ostream* os) { *os << c.golden << " (KV "
 class ParityRandom : public testing::TestWithParam<RandomCase> {
  protected:
   static void TearDownTestSuite() {
-    if (!made_.empty()) fs::remove(made_);
-    made_.clear();
+    if (!own_dir_.empty()) fs::remove_all(own_dir_);
+    own_dir_.clear();
   }
-  static inline fs::path made_;  // the model this suite made in the temporary directory (one at a time)
+  // Without KVTAX_MODEL_CACHE, the models this process makes go to a directory of its own, deleted when the suite
+  // ends: ctest runs the cases as parallel processes, and other checkouts may run the suite at the same time, so a
+  // shared directory would let one process read another's half-written model or delete it under it.
+  static const fs::path& own_dir() {
+    if (own_dir_.empty()) {
+      own_dir_ = fs::temp_directory_path() / fmt::format("kvtax-parity-{}", ::getpid());
+      fs::create_directories(own_dir_);
+    }
+    return own_dir_;
+  }
+  static inline fs::path own_dir_;
 };
 
 TEST_P(ParityRandom, Top1AgreementWithLlamaCpp) {
@@ -121,8 +133,7 @@ TEST_P(ParityRandom, Top1AgreementWithLlamaCpp) {
   ASSERT_TRUE(Golden::load(kGoldens + c.golden, g)) << c.golden;
   // KVTAX_MODEL_CACHE keeps the models between runs (tools/goldens/make_goldens.sh makes them under these names).
   const char* cache = std::getenv("KVTAX_MODEL_CACHE");
-  const fs::path dir = cache ? fs::path(cache) : fs::temp_directory_path() / "kvtax-parity";
-  fs::create_directories(dir);
+  const fs::path dir = cache ? fs::path(cache) : own_dir();
   const fs::path model = c.source == RandomCase::llama_quantized
                              ? dir / fmt::format("{}-2l-llamaquant-{}.gguf", c.arch, c.type)
                              : dir / fmt::format("{}-2l-{}-s1.gguf", c.arch, c.type);
@@ -133,11 +144,13 @@ TEST_P(ParityRandom, Top1AgreementWithLlamaCpp) {
     if (c.source == RandomCase::kvtax_made_cached && !cache)
       GTEST_SKIP() << "outside the CI subset (each model costs ~1 min and 1-3 GB to make): set KVTAX_MODEL_CACHE"
                    << " to a folder holding " << model.filename();
-    if (!cache && !made_.empty()) fs::remove(made_);  // up to 3 GB each: keep one on disk at a time
+    const std::string vocab_dir = std::string(KVTAX_SHARED_DIR) + "/fixtures/vocab";
+    if (!fs::is_directory(vocab_dir)) GTEST_SKIP() << "../shared absent: make-model needs " << vocab_dir;
+    if (!cache)  // up to 3 GB each: keep one on disk at a time
+      for (const auto& e : fs::directory_iterator(dir)) fs::remove(e.path());
     const std::string cmd = fmt::format("{} make-model --arch {} --layers 2 --type {} --seed 1 -o {} > /dev/null",
                                         KVTAX_BINARY, c.arch, c.type, model.string());
-    if (std::system(cmd.c_str()) != 0) GTEST_SKIP() << "cannot make the model (vocab fixtures absent?): " << cmd;
-    if (!cache) made_ = model;
+    ASSERT_EQ(std::system(cmd.c_str()), 0) << "make-model failed: " << cmd;
   }
   auto m = Model::load(model.string());
   ASSERT_EQ(m->config().n_vocab, g.n_vocab);

@@ -4,7 +4,7 @@
 #     the tensors and checks the error against the f32 originals, and runs matmul on them (check).
 #  2. Bit-level: llama.cpp decodes (requantizes to F32) both its own quantized files and files that kvtax
 #     quantized; kvtax's dequantization of the same bytes must agree (compare).
-# Needs a release build (it builds build/release/kvtax_quant_interop) and a llama.cpp build.
+# Needs a release build (it builds build/release/tools/kvtax_quant_interop) and a llama.cpp build.
 # Usage: tools/quant_interop/run.sh [llama.cpp bin dir] [llama gguf to take the vocab from]
 set -euo pipefail
 ROOT=$(cd "$(dirname "$0")/../.." && pwd)
@@ -13,7 +13,7 @@ VOCAB=${2:-$ROOT/../shared/fixtures/stories260K.gguf}
 WORK=$(mktemp -d)
 trap 'rm -rf "$WORK"' EXIT
 cmake --build "$ROOT/build/release" --target kvtax_quant_interop > "$WORK/build.log" || { cat "$WORK/build.log"; exit 1; }
-QI=$ROOT/build/release/kvtax_quant_interop
+QI=$ROOT/build/release/tools/kvtax_quant_interop
 quant() { "$BIN/llama-quantize" "$@" > "$WORK/quantize.log" 2>&1 || { cat "$WORK/quantize.log"; exit 1; }; }
 
 "$QI" make-random "$VOCAB" "$WORK/f32.gguf"
