@@ -3,6 +3,7 @@
 // uint16_t bits; convert with core/f16.h.
 #include <cstdint>
 
+#include "core/hd.h"
 #include "ggml/types.h"
 
 namespace kvtax {
@@ -37,14 +38,19 @@ static_assert(sizeof(BlockQ5_K) == 176 && sizeof(BlockQ6_K) == 210 && sizeof(Blo
 // Scale j (0..7) and min j of the 12-byte packed 6-bit table of Q4_K/Q5_K: bytes 0-3 hold scales 0-3
 // (low 6 bits), bytes 4-7 mins 0-3; scales/mins 4-7 are a nibble in bytes 8-11 plus the top 2 bits
 // of bytes 0-7.
-inline void k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+// `byte(i)` returns byte i of the table (the CUDA kernels read it from registers).
+template <class Bytes>
+KVTAX_HD void k_scale_min_at(int j, const Bytes& byte, uint8_t& sc, uint8_t& m) {
   if (j < 4) {
-    sc = q[j] & 63;
-    m = q[j + 4] & 63;
+    sc = uint8_t(byte(j) & 63);
+    m = uint8_t(byte(j + 4) & 63);
   } else {
-    sc = uint8_t((q[j + 4] & 0xF) | ((q[j - 4] >> 6) << 4));
-    m = uint8_t((q[j + 4] >> 4) | ((q[j] >> 6) << 4));
+    sc = uint8_t((byte(j + 4) & 0xF) | ((byte(j - 4) >> 6) << 4));
+    m = uint8_t((byte(j + 4) >> 4) | ((byte(j) >> 6) << 4));
   }
+}
+inline void k_scale_min(int j, const uint8_t* q, uint8_t& sc, uint8_t& m) {
+  k_scale_min_at(j, [q](int i) { return q[i]; }, sc, m);
 }
 
 // The 16 signed scales (-32..31) of a Q3_K block.

@@ -15,7 +15,7 @@ namespace {
 // Signs for the largest supported head size; smaller sizes use a prefix. splitmix64 from a fixed seed,
 // so every build and every machine rotates identically (the cache never leaves the process, but tests
 // and results must be reproducible).
-constexpr int kMaxDim = 1024;
+constexpr int kMaxDim = kRotationMaxDim;
 const std::vector<float>& signs() {
   static const std::vector<float> s = [] {
     std::vector<float> v(kMaxDim);
@@ -48,6 +48,8 @@ void fwht(float* y, int d) {
 }
 
 }  // namespace
+
+const float* rotation_signs() { return signs().data(); }
 
 void rotate(const float* x, int d, float* y) {
   check(d);

@@ -9,5 +9,8 @@ namespace kvtax::kv {
 bool is_pow2(int d);
 void rotate(const float* x, int d, float* y);    // y = R x   (x == y allowed)
 void unrotate(const float* y, int d, float* x);  // x = R^T y (x == y allowed)
+// The +-1 diagonal D (kRotationMaxDim entries; head_dim d uses the first d), for device copies of R.
+constexpr int kRotationMaxDim = 1024;
+const float* rotation_signs();
 
 }  // namespace kvtax::kv

@@ -1,5 +1,6 @@
 #pragma once
-// Scalar reference encode/decode of every codec, plus the format constants their SIMD loops share.
+// Scalar reference encode/decode of every codec (bit layouts and unit decoders: layout.h, shared with
+// the CUDA kernels).
 // Row layouts (d = head_dim values of one token and head):
 //   f32   d x float                                         32 bits/value
 //   f16   d x IEEE half                                     16
@@ -17,9 +18,11 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "kv/codecs/layout.h"
+
 namespace kvtax::kv {
 
-constexpr int kQBlock = 32;  // q8/q4 block
+constexpr int kQBlock = layout::kQBlock;  // q8/q4 block
 
 size_t f32_row_bytes(int d);
 void f32_encode(const float* x, int d, uint8_t* row);

@@ -5,6 +5,7 @@
 #include <cstring>
 
 #include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
 
 namespace kvtax::kv {
 
@@ -25,13 +26,9 @@ uint8_t f32_to_e4m3(float x) {
   return uint8_t(sign | (be << 3) | m);
 }
 
-float e4m3_to_f32(uint8_t b) {
-  const int e = (b >> 3) & 15, m = b & 7;
-  const float a = e == 0 ? float(m) * (1.0f / 512.0f) : std::ldexp(1.0f + float(m) / 8.0f, e - 7);
-  return (b & 0x80) ? -a : a;
-}
+float e4m3_to_f32(uint8_t b) { return layout::e4m3_to_f32(b); }
 
-size_t fp8_row_bytes(int d) { return 4 + size_t(d); }
+size_t fp8_row_bytes(int d) { return layout::fp8_row_bytes(d); }
 
 void fp8_encode(const float* x, int d, uint8_t* row) {
   float amax = 0;
@@ -46,7 +43,7 @@ void fp8_encode(const float* x, int d, uint8_t* row) {
 void fp8_decode(const uint8_t* row, int d, float* y) {
   float scale;
   std::memcpy(&scale, row, 4);
-  for (int i = 0; i < d; ++i) y[i] = scale * e4m3_to_f32(row[4 + i]);
+  for (int i = 0; i < d; ++i) y[i] = scale * layout::e4m3_to_f32(row[4 + i]);
 }
 
 }  // namespace kvtax::kv

@@ -6,10 +6,11 @@
 
 #include "core/f16.h"
 #include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
 
 namespace kvtax::kv {
 
-size_t q4_row_bytes(int d) { return size_t(d / kQBlock) * 2 + size_t(d) / 2; }
+size_t q4_row_bytes(int d) { return layout::q4_row_bytes(d); }
 
 void q4_encode(const float* x, int d, uint8_t* row) {
   const int nb = d / kQBlock;
@@ -35,16 +36,9 @@ void q4_encode(const float* x, int d, uint8_t* row) {
 }
 
 void q4_decode(const uint8_t* row, int d, float* y) {
-  const int nb = d / kQBlock;
-  const uint8_t* q = row + 2 * nb;
-  for (int b = 0; b < nb; ++b) {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * b, 2);
-    const float s = f16_to_f32(h);
-    for (int j = 0; j < kQBlock / 2; ++j) {
-      y[b * kQBlock + j] = s * float(int(q[b * 16 + j] & 15) - 8);
-      y[b * kQBlock + j + 16] = s * float(int(q[b * 16 + j] >> 4) - 8);
-    }
+  for (int u = 0; u < d / layout::kUnit; ++u) {
+    const float s = layout::unit_decode<CodecId::q4>(row, d, u, nullptr, y + 8 * u);
+    for (int k = 0; k < 8; ++k) y[8 * u + k] *= s;
   }
 }
 

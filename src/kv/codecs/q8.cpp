@@ -4,10 +4,11 @@
 
 #include "core/f16.h"
 #include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
 
 namespace kvtax::kv {
 
-size_t q8_row_bytes(int d) { return size_t(d / kQBlock) * 2 + size_t(d); }
+size_t q8_row_bytes(int d) { return layout::q8_row_bytes(d); }
 
 void q8_encode(const float* x, int d, uint8_t* row) {
   const int nb = d / kQBlock;
@@ -31,13 +32,9 @@ void q8_encode(const float* x, int d, uint8_t* row) {
 }
 
 void q8_decode(const uint8_t* row, int d, float* y) {
-  const int nb = d / kQBlock;
-  const int8_t* q = reinterpret_cast<const int8_t*>(row + 2 * nb);
-  for (int b = 0; b < nb; ++b) {
-    uint16_t h;
-    std::memcpy(&h, row + 2 * b, 2);
-    const float s = f16_to_f32(h);
-    for (int i = 0; i < kQBlock; ++i) y[b * kQBlock + i] = s * float(q[b * kQBlock + i]);
+  for (int u = 0; u < d / layout::kUnit; ++u) {
+    const float s = layout::unit_decode<CodecId::q8>(row, d, u, nullptr, y + 8 * u);
+    for (int k = 0; k < 8; ++k) y[8 * u + k] *= s;
   }
 }
 

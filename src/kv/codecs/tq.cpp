@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
 
 namespace kvtax::kv {
 
@@ -106,7 +107,7 @@ const std::array<float, 8>& tq3_levels() {
   return l;
 }
 
-size_t tq4_row_bytes(int d) { return 4 + size_t(d) / 2; }
+size_t tq4_row_bytes(int d) { return layout::tq4_row_bytes(d); }
 
 void tq4_encode(const float* x, int d, uint8_t* row) {
   uint8_t codes[1024];
@@ -119,10 +120,10 @@ void tq4_decode(const uint8_t* row, int d, float* y) {
   float g;
   std::memcpy(&g, row, 4);
   const auto& lv = tq4_levels();
-  for (int i = 0; i < d; ++i) y[i] = g * lv[(row[4 + i / 2] >> (4 * (i & 1))) & 15];
+  for (int i = 0; i < d; ++i) y[i] = g * lv[layout::tq4_code(row + 4, i)];
 }
 
-size_t tq3_row_bytes(int d) { return 4 + size_t(d) * 3 / 8; }
+size_t tq3_row_bytes(int d) { return layout::tq3_row_bytes(d); }
 
 void tq3_encode(const float* x, int d, uint8_t* row) {
   uint8_t codes[1024];
@@ -140,11 +141,9 @@ void tq3_encode(const float* x, int d, uint8_t* row) {
 void tq3_decode(const uint8_t* row, int d, float* y) {
   float g;
   std::memcpy(&g, row, 4);
-  const auto& lv = tq3_levels();
-  for (int grp = 0; grp < d / 8; ++grp) {
-    const uint8_t* p = row + 4 + 3 * grp;
-    const uint32_t bits = uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
-    for (int j = 0; j < 8; ++j) y[grp * 8 + j] = g * lv[(bits >> (3 * j)) & 7];
+  for (int u = 0; u < d / layout::kUnit; ++u) {
+    layout::unit_decode<CodecId::tq3>(row, d, u, tq3_levels().data(), y + 8 * u);
+    for (int k = 0; k < 8; ++k) y[8 * u + k] *= g;
   }
 }
 

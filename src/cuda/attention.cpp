@@ -1,0 +1,153 @@
+#include "cuda/attention.h"
+
+#include <algorithm>
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/attention_launch.h"
+#include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
+#include "kv/rotation.h"
+
+namespace kvtax::cuda {
+
+namespace {
+
+constexpr int kMinChunk = 64;  // tokens per chunk at least: shorter chunks cost more to merge than to read
+
+int g_waves = 1;
+
+int row_groups(const DeviceKv& kv, int n_heads) {
+  const int n_rep = n_heads / kv.n_kv_heads();
+  return (n_rep + detail::kMaxGroupRows - 1) / detail::kMaxGroupRows;
+}
+
+// Chunks per KV head: chunks are equal work, so the grid is whole waves of the blocks that fit on the
+// GPU at once (no half-empty tail wave); never chunks under kMinChunk tokens.
+int splits_for(const DeviceKv& kv, int n_heads, int len) {
+  static const int sms = sm_count();
+  int per_sm = 0;
+  check(detail::decode_blocks_per_sm(kv.codec(), kv.head_dim(), n_heads / kv.n_kv_heads(), &per_sm),
+        "decode attention occupancy");
+  const int slots = std::max(1, per_sm) * sms * g_waves;
+  const int target = std::max(1, slots / (kv.n_kv_heads() * row_groups(kv, n_heads)));
+  const int max_by_len = std::max(1, (len + kMinChunk - 1) / kMinChunk);
+  return std::min(target, max_by_len);
+}
+
+void check_heads(const DeviceKv& kv, int n_heads) {
+  if (n_heads <= 0 || n_heads % kv.n_kv_heads() != 0)
+    fail("CUDA attention: {} query heads is not a multiple of {} KV heads", n_heads, kv.n_kv_heads());
+}
+
+void ensure_tables() {
+  static std::once_flag once;
+  std::call_once(once, [] {
+    check(detail::upload_codec_tables(kv::tq4_levels().data(), kv::tq3_levels().data(), kv::rotation_signs(),
+                                      kv::kRotationMaxDim),
+          "upload of the codec tables");
+  });
+}
+
+}  // namespace
+
+void set_decode_waves(int waves) {
+  if (waves < 1 || waves > 64) fail("CUDA attention: {} waves out of range 1..64", waves);
+  g_waves = waves;
+}
+
+bool decode_supported(kv::CodecId codec, int head_dim) {
+  return int(codec) < kv::kNumCodecs && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
+
+DeviceKv::DeviceKv(kv::CodecId codec, int n_kv_heads, int head_dim, int capacity)
+    : codec_(codec), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {
+  if (!decode_supported(codec, head_dim))
+    fail("CUDA attention: no kernel for KV codec {} with head_dim {} (supported: 64, 128, 256)",
+         kv::codec(codec).name, head_dim);
+  if (n_kv_heads <= 0 || n_kv_heads > 1024) fail("CUDA KV: {} KV heads out of range 1..1024", n_kv_heads);
+  if (capacity <= 0 || capacity > (1 << 26)) fail("CUDA KV: capacity {} tokens out of range 1..2^26", capacity);
+  // Whole 64-token tiles keep every head's rows 16-byte aligned (rows are multiples of 4 bytes).
+  capacity_ = (capacity + 63) / 64 * 64;
+  row_bytes_ = kv::layout::row_bytes(codec, head_dim);
+  if (row_bytes_ != kv::codec(codec).row_bytes(head_dim) || row_bytes_ % 4 != 0)
+    fail("CUDA KV: codec {} row of {} bytes does not match the CPU format", kv::codec(codec).name, row_bytes_);
+  k_ = Buffer(size_t(n_kv_heads_) * head_stride());
+  v_ = Buffer(size_t(n_kv_heads_) * head_stride());
+}
+
+void DeviceKv::write_rows(int h, int pos, int n, const uint8_t* k_rows, const uint8_t* v_rows) {
+  if (h < 0 || h >= n_kv_heads_ || pos < 0 || n < 0 || int64_t(pos) + n > capacity_)
+    fail("CUDA KV: rows {}..{} of head {} outside capacity {} x {} heads", pos, int64_t(pos) + n, h, capacity_,
+         n_kv_heads_);
+  const size_t off = size_t(h) * head_stride() + size_t(pos) * row_bytes_, bytes = size_t(n) * row_bytes_;
+  k_.upload(k_rows, bytes, off);
+  v_.upload(v_rows, bytes, off);
+  len_ = std::max(len_, pos + n);
+}
+
+void DeviceKv::set_len(int len) {
+  if (len < 0 || len > capacity_) fail("CUDA KV: length {} outside capacity {}", len, capacity_);
+  len_ = len;
+}
+
+void DeviceKv::copy_from(const KvCache& c, int layer) {
+  const KvShape& sh = c.shape();
+  if (sh.n_kv_heads != n_kv_heads_ || sh.head_dim != head_dim_)
+    fail("CUDA KV: cache has {} KV heads of {}, device KV {} of {}", sh.n_kv_heads, sh.head_dim, n_kv_heads_,
+         head_dim_);
+  const char* name = kv::codec(codec_).name;
+  if (c.spec().k != name || c.spec().v != name || c.policy().window != 0 || c.policy().recent != 0)
+    fail("CUDA KV: cache spec '{}' is not plain {} (same K/V codec, no window or recent tier)", c.spec().str(),
+         name);
+  const int L = c.layer_len(layer);
+  if (L > capacity_) fail("CUDA KV: cache holds {} tokens, device capacity {}", L, capacity_);
+  for (int b = 0; b * KvCache::kBlockTokens < L; ++b) {
+    const int n = std::min(KvCache::kBlockTokens, L - b * KvCache::kBlockTokens);
+    for (int h = 0; h < n_kv_heads_; ++h) {
+      const KvCache::Rows r = c.block_rows(layer, h, b);
+      if (!r.k || r.k_stride != row_bytes_ || r.v_stride != row_bytes_)
+        fail("CUDA KV: block {} of layer {} is missing or not in {} rows", b, layer, name);
+      write_rows(h, b * KvCache::kBlockTokens, n, r.k, r.v);
+    }
+  }
+  len_ = L;
+}
+
+size_t decode_scratch_bytes(const DeviceKv& kv, int n_heads) {
+  check_heads(kv, n_heads);
+  const int s = splits_for(kv, n_heads, kv.capacity());
+  return size_t(n_heads) * s * (kv.head_dim() + 2) * sizeof(float);
+}
+
+int decode_splits(const DeviceKv& kv, int n_heads) {
+  check_heads(kv, n_heads);
+  return splits_for(kv, n_heads, kv.len());
+}
+
+void decode_attention(const DeviceKv& kv, const float* q, int n_heads, float* out, void* scratch,
+                      cudaStream_t stream) {
+  check_heads(kv, n_heads);
+  if (kv.len() <= 0) fail("CUDA attention: the device KV holds no tokens");
+  ensure_tables();
+  detail::DecodeArgs a{};
+  a.codec = kv.codec();
+  a.head_dim = kv.head_dim();
+  a.n_kv_heads = kv.n_kv_heads();
+  a.n_rep = n_heads / kv.n_kv_heads();
+  a.len = kv.len();
+  a.n_splits = splits_for(kv, n_heads, a.len);
+  a.chunk = (a.len + a.n_splits - 1) / a.n_splits;
+  a.n_splits = (a.len + a.chunk - 1) / a.chunk;  // every chunk non-empty
+  a.row_bytes = kv.row_bytes();
+  a.head_stride = kv.head_stride();
+  a.k = kv.k();
+  a.v = kv.v();
+  a.q = q;
+  a.out = out;
+  a.part = static_cast<float*>(scratch);
+  check(detail::launch_decode(a, stream), "decode attention launch");
+}
+
+}  // namespace kvtax::cuda

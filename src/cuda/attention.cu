@@ -1,0 +1,279 @@
+// Flash-decode kernels. Thread layout of the split kernel: a token is read by D/8 consecutive lanes
+// (one 8-value unit of layout.h each), so a warp reads whole rows back to back (coalesced) and the
+// block's 128 threads form 128/(D/8) independent "groups" that walk the chunk's tokens with a stride.
+// Each group keeps its own online softmax in registers; the groups are merged through shared memory at
+// the end, and the chunks by merge_kernel.
+#include <cuda_runtime.h>
+
+#include <cfloat>
+
+#include "cuda/attention_launch.h"
+#include "kv/codecs/layout.h"
+
+namespace kvtax::cuda::detail {
+
+namespace {
+
+using kv::CodecId;
+namespace layout = kv::layout;
+
+__constant__ float c_tq4[16];
+__constant__ float c_tq3[8];
+__constant__ float c_signs[1024];
+
+constexpr float kLog2e = 1.4426950408889634f;
+
+// Codebook entry i of a tq codec (0 for the others).
+template <CodecId C>
+__device__ __forceinline__ float codebook_entry(int i) {
+  if constexpr (C == CodecId::tq4) return c_tq4[i];
+  else if constexpr (C == CodecId::tq3) return i < 8 ? c_tq3[i] : 0.0f;
+  else return 0.0f;
+}
+
+constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
+
+// In-place rotation (forward: R = H D / sqrt(D)) or its inverse of nr vectors of D floats in shared
+// memory, by the same steps as kv/rotation.cpp. Every thread of the block must call it.
+template <int D>
+__device__ void rotate_shared(float* x, int nr, bool inverse) {
+  const int tid = threadIdx.x, nt = blockDim.x;
+  if (!inverse) {
+    for (int i = tid; i < nr * D; i += nt) x[i] *= c_signs[i % D];
+    __syncthreads();
+  }
+  for (int len = 1; len < D; len <<= 1) {
+    for (int idx = tid; idx < nr * D / 2; idx += nt) {
+      const int r = idx / (D / 2), j = idx % (D / 2);
+      const int i = (j / len) * 2 * len + (j % len);
+      float* v = x + r * D;
+      const float a = v[i], b = v[i + len];
+      v[i] = a + b;
+      v[i + len] = a - b;
+    }
+    __syncthreads();
+  }
+  const float n = 1.0f / sqrtf(float(D));
+  for (int i = tid; i < nr * D; i += nt) x[i] *= inverse ? n * c_signs[i % D] : n;
+  __syncthreads();
+}
+
+// grid (n_splits, n_kv_heads, row groups); scores are kept in base 2 (q is pre-scaled by log2 e).
+template <CodecId C, int D, int NREP>
+__global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
+  constexpr int kLanes = D / layout::kUnit;           // lanes per token
+  constexpr int kGroups = kDecodeThreads / kLanes;     // tokens in flight per block step
+  constexpr int kUnroll = NREP >= 8 ? 2 : 4;           // tokens per group step (loads in flight)
+  static_assert(kLanes <= 32 && 32 % kLanes == 0);
+
+  __shared__ float q_s[NREP * D];
+  __shared__ float red[kGroups][NREP][D + 2];
+  // Lanes look up different codebook entries: from shared memory that costs one access, from constant
+  // memory one per distinct entry.
+  __shared__ float lv[16];
+
+  const int tid = threadIdx.x, split = blockIdx.x, h = blockIdx.y;
+  const int r0 = blockIdx.z * NREP, nr = min(NREP, a.n_rep - r0);
+  const float qscale = rsqrtf(float(D)) * kLog2e;
+  if (tid < 16) lv[tid] = codebook_entry<C>(tid);
+  for (int i = tid; i < NREP * D; i += kDecodeThreads) {
+    const int r = i / D;
+    q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
+  }
+  __syncthreads();
+  if constexpr (is_rotated(C)) rotate_shared<D>(q_s, NREP, false);
+
+  const int u = tid % kLanes, g = tid / kLanes;
+  float qr[NREP][8];
+#pragma unroll
+  for (int r = 0; r < NREP; ++r)
+#pragma unroll
+    for (int k = 0; k < 8; ++k) qr[r][k] = q_s[r * D + 8 * u + k];
+
+  float m[NREP], l[NREP], acc[NREP][8];
+#pragma unroll
+  for (int r = 0; r < NREP; ++r) {
+    m[r] = -INFINITY;
+    l[r] = 0.0f;
+#pragma unroll
+    for (int k = 0; k < 8; ++k) acc[r][k] = 0.0f;
+  }
+
+  const int c0 = split * a.chunk, c1 = min(a.len, c0 + a.chunk);
+  const uint8_t* kh = a.k + size_t(h) * a.head_stride;
+  const uint8_t* vh = a.v + size_t(h) * a.head_stride;
+  // The step loop is uniform over the block: every lane takes part in every shuffle, also where its
+  // group's tokens run past the chunk (those re-read row c0 and get weight 0).
+  for (int tb = c0; tb < c1; tb += kGroups * kUnroll) {
+    const int t0 = tb + g;
+    float yk[kUnroll][8], yv[kUnroll][8], sk[kUnroll], sv[kUnroll];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j) {
+      const int t = t0 + j * kGroups;
+      const size_t row = size_t(t < c1 ? t : c0) * a.row_bytes;
+      sk[j] = layout::unit_decode<C>(kh + row, D, u, lv, yk[j]);
+      sv[j] = layout::unit_decode<C>(vh + row, D, u, lv, yv[j]);
+    }
+    float s[kUnroll][NREP];
+#pragma unroll
+    for (int j = 0; j < kUnroll; ++j)
+#pragma unroll
+      for (int r = 0; r < NREP; ++r) {
+        float d = 0.0f;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) d = fmaf(qr[r][k], yk[j][k], d);
+        s[j][r] = d * sk[j];
+      }
+#pragma unroll
+    for (int off = kLanes / 2; off > 0; off >>= 1)
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j)
+#pragma unroll
+        for (int r = 0; r < NREP; ++r) s[j][r] += __shfl_xor_sync(0xffffffffu, s[j][r], off);
+    if (t0 >= c1) continue;  // no token of this group in this step (token j = 0 is the first)
+#pragma unroll
+    for (int r = 0; r < NREP; ++r) {
+      float mx = s[0][r];
+#pragma unroll
+      for (int j = 1; j < kUnroll; ++j)
+        if (t0 + j * kGroups < c1) mx = fmaxf(mx, s[j][r]);
+      const float m_new = fmaxf(m[r], mx);
+      const float corr = exp2f(m[r] - m_new);
+      l[r] *= corr;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) acc[r][k] *= corr;
+      m[r] = m_new;
+#pragma unroll
+      for (int j = 0; j < kUnroll; ++j) {
+        const float p = t0 + j * kGroups < c1 ? exp2f(s[j][r] - m_new) : 0.0f;
+        l[r] += p;
+        const float w = p * sv[j];
+#pragma unroll
+        for (int k = 0; k < 8; ++k) acc[r][k] = fmaf(w, yv[j][k], acc[r][k]);
+      }
+    }
+  }
+
+  // Merge the block's groups, then write this chunk's partial (unnormalised output, max, sum).
+#pragma unroll
+  for (int r = 0; r < NREP; ++r) {
+#pragma unroll
+    for (int k = 0; k < 8; ++k) red[g][r][8 * u + k] = acc[r][k];
+    if (u == 0) {
+      red[g][r][D] = m[r];
+      red[g][r][D + 1] = l[r];
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < nr * D; i += kDecodeThreads) {
+    const int r = i / D, dd = i % D;
+    float M = -INFINITY;
+    for (int gg = 0; gg < kGroups; ++gg) M = fmaxf(M, red[gg][r][D]);
+    float o = 0.0f, L = 0.0f;
+    for (int gg = 0; gg < kGroups; ++gg) {
+      const float mg = red[gg][r][D];
+      if (mg == -INFINITY) continue;  // group saw no token of this chunk
+      const float w = exp2f(mg - M);
+      o = fmaf(w, red[gg][r][dd], o);
+      L = fmaf(w, red[gg][r][D + 1], L);
+    }
+    float* part = a.part + ((size_t(h) * a.n_rep + r0 + r) * a.n_splits + split) * (D + 2);
+    part[dd] = o;
+    if (dd == 0) {
+      part[D] = M;
+      part[D + 1] = L;
+    }
+  }
+}
+
+// grid n_heads, block D threads: exact merge of the chunks' partials, then the inverse rotation.
+template <int D, bool kRotated>
+__global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
+  __shared__ float o_s[D];
+  const int head = blockIdx.x, dd = threadIdx.x;
+  const float* part = a.part + size_t(head) * a.n_splits * (D + 2);
+  float M = -INFINITY;
+  for (int c = 0; c < a.n_splits; ++c) M = fmaxf(M, part[c * (D + 2) + D]);
+  float o = 0.0f, L = 0.0f;
+  for (int c = 0; c < a.n_splits; ++c) {
+    const float* p = part + c * (D + 2);
+    const float w = exp2f(p[D] - M);
+    o = fmaf(w, p[dd], o);
+    L = fmaf(w, p[D + 1], L);
+  }
+  o_s[dd] = L > 0.0f ? o / L : 0.0f;
+  __syncthreads();
+  if constexpr (kRotated) rotate_shared<D>(o_s, 1, true);
+  a.out[size_t(head) * D + dd] = o_s[dd];
+}
+
+int nrep_block(int n_rep) { return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 ? 4 : 8; }
+
+template <CodecId C, int D>
+cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
+  switch (nrep_block(n_rep)) {
+    case 1: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 1>, kDecodeThreads, 0);
+    case 2: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 2>, kDecodeThreads, 0);
+    case 4: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 4>, kDecodeThreads, 0);
+    default: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 8>, kDecodeThreads, 0);
+  }
+}
+
+template <CodecId C, int D>
+cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
+  const int groups_of = (a.n_rep + kMaxGroupRows - 1) / kMaxGroupRows;
+  const dim3 grid(a.n_splits, a.n_kv_heads, groups_of);
+  switch (nrep_block(a.n_rep)) {
+    case 1: split_kernel<C, D, 1><<<grid, kDecodeThreads, 0, st>>>(a); break;
+    case 2: split_kernel<C, D, 2><<<grid, kDecodeThreads, 0, st>>>(a); break;
+    case 4: split_kernel<C, D, 4><<<grid, kDecodeThreads, 0, st>>>(a); break;
+    default: split_kernel<C, D, 8><<<grid, kDecodeThreads, 0, st>>>(a); break;
+  }
+  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  merge_kernel<D, is_rotated(C)><<<a.n_kv_heads * a.n_rep, D, 0, st>>>(a);
+  return cudaGetLastError();
+}
+
+// Calls f.template operator()<C, D>() for the runtime codec and head_dim.
+template <class F>
+cudaError_t dispatch(CodecId c, int head_dim, const F& f) {
+  auto by_dim = [&]<CodecId C>() -> cudaError_t {
+    switch (head_dim) {
+      case 64: return f.template operator()<C, 64>();
+      case 128: return f.template operator()<C, 128>();
+      case 256: return f.template operator()<C, 256>();
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  switch (c) {
+    case CodecId::f32: return by_dim.template operator()<CodecId::f32>();
+    case CodecId::f16: return by_dim.template operator()<CodecId::f16>();
+    case CodecId::bf16: return by_dim.template operator()<CodecId::bf16>();
+    case CodecId::fp8: return by_dim.template operator()<CodecId::fp8>();
+    case CodecId::q8: return by_dim.template operator()<CodecId::q8>();
+    case CodecId::q4: return by_dim.template operator()<CodecId::q4>();
+    case CodecId::q4r: return by_dim.template operator()<CodecId::q4r>();
+    case CodecId::tq4: return by_dim.template operator()<CodecId::tq4>();
+    case CodecId::tq3: return by_dim.template operator()<CodecId::tq3>();
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs) {
+  if (n_signs > 1024) return cudaErrorInvalidValue;
+  if (cudaError_t e = cudaMemcpyToSymbol(c_tq4, tq4_levels, sizeof(float) * 16); e != cudaSuccess) return e;
+  if (cudaError_t e = cudaMemcpyToSymbol(c_tq3, tq3_levels, sizeof(float) * 8); e != cudaSuccess) return e;
+  return cudaMemcpyToSymbol(c_signs, signs, sizeof(float) * n_signs);
+}
+
+cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t st) {
+  return dispatch(a.codec, a.head_dim, [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
+}
+
+cudaError_t decode_blocks_per_sm(CodecId codec, int head_dim, int n_rep, int* blocks) {
+  return dispatch(codec, head_dim, [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(n_rep, blocks); });
+}
+
+}  // namespace kvtax::cuda::detail

@@ -1,0 +1,63 @@
+#pragma once
+// Flash-decode attention on the device, written once over the codec unit decoders of
+// kv/codecs/layout.h (the same bit layouts the CPU reads). The context is split into chunks so that
+// a single query fills every SM; each block (one KV head, one chunk, up to 8 query heads of its GQA
+// group) keeps an online softmax and writes an unnormalised partial; a second kernel merges the chunks
+// with an exact log-sum-exp and un-rotates the output of rotated V codecs.
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/runtime.h"
+#include "kv/cache.h"
+#include "kv/codecs/codec.h"
+
+namespace kvtax::cuda {
+
+// head_dim 64, 128 or 256, and any codec of kv/codecs.
+bool decode_supported(kv::CodecId codec, int head_dim);
+
+// One layer's K and V on the device, rows in the codec's format: [kv_head][capacity][row_bytes].
+class DeviceKv {
+ public:
+  DeviceKv(kv::CodecId codec, int n_kv_heads, int head_dim, int capacity);
+
+  kv::CodecId codec() const { return codec_; }
+  int n_kv_heads() const { return n_kv_heads_; }
+  int head_dim() const { return head_dim_; }
+  int capacity() const { return capacity_; }
+  int len() const { return len_; }
+  size_t row_bytes() const { return row_bytes_; }
+  size_t head_stride() const { return size_t(capacity_) * row_bytes_; }
+  size_t bytes() const { return 2 * size_t(n_kv_heads_) * head_stride(); }
+  const uint8_t* k() const { return k_.as<uint8_t>(); }
+  const uint8_t* v() const { return v_.as<uint8_t>(); }
+
+  // n encoded rows of KV head h at positions pos.. (host memory, rows back to back); len covers them.
+  void write_rows(int h, int pos, int n, const uint8_t* k_rows, const uint8_t* v_rows);
+  // Every token of one layer of a CPU cache (unbounded policy; its K and V codec must be this codec).
+  void copy_from(const KvCache& cache, int layer);
+  // Attend over the first len tokens (<= capacity; rows must have been written).
+  void set_len(int len);
+
+ private:
+  kv::CodecId codec_;
+  int n_kv_heads_, head_dim_, capacity_, len_ = 0;
+  size_t row_bytes_;
+  Buffer k_, v_;
+};
+
+// Grid size in waves of resident blocks (default 1); for benchmarks. Scratch sized before a change
+// may be too small after it.
+void set_decode_waves(int waves);
+
+// Device scratch decode_attention needs for n_heads query heads at any length up to the capacity.
+size_t decode_scratch_bytes(const DeviceKv& kv, int n_heads);
+// Context chunks one call uses at kv.len() (for reports).
+int decode_splits(const DeviceKv& kv, int n_heads);
+
+// q: device [n_heads][head_dim] f32 for the position after the last stored token (after RoPE);
+// out: device [n_heads][head_dim]. Scale 1/sqrt(head_dim); attends to all kv.len() tokens.
+void decode_attention(const DeviceKv& kv, const float* q, int n_heads, float* out, void* scratch,
+                      cudaStream_t stream = nullptr);
+
+}  // namespace kvtax::cuda

@@ -1,0 +1,33 @@
+#pragma once
+// Boundary between attention.cpp (checks, errors) and attention.cu (kernels): plain data, no fmt.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kv/codecs/codec.h"
+
+namespace kvtax::cuda::detail {
+
+constexpr int kDecodeThreads = 128;
+constexpr int kMaxGroupRows = 8;  // query heads of one GQA group handled by one block
+
+struct DecodeArgs {
+  kv::CodecId codec;
+  int head_dim, n_kv_heads, n_rep, len, chunk, n_splits;
+  size_t row_bytes, head_stride;
+  const uint8_t* k;
+  const uint8_t* v;
+  const float* q;
+  float* out;
+  float* part;  // [n_heads][n_splits][head_dim + 2]
+};
+
+// Copies the tq codebooks and rotation signs into constant memory (once per process).
+cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs);
+// cudaErrorInvalidValue for a codec / head_dim without a kernel.
+cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t stream);
+// Blocks of the split kernel for (codec, head_dim, n_rep) that fit on one SM at once.
+cudaError_t decode_blocks_per_sm(kv::CodecId codec, int head_dim, int n_rep, int* blocks);
+
+}  // namespace kvtax::cuda::detail

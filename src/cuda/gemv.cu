@@ -1,0 +1,191 @@
+// GEMV kernels: one warp per weight row, 4 rows per 128-thread block; each lane streams its share of
+// the row (16-byte loads where the block layout is aligned) and the warp sums with shuffles.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/gemv_launch.h"
+#include "ggml/blocks.h"
+
+namespace kvtax::cuda::detail {
+
+namespace {
+
+constexpr int kThreads = 128, kRowsPerBlock = kThreads / 32;
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
+
+// x -> int8 codes per 32 values: d = max|x| / 127, q = round(x / d), and d * sum(q) for the min/offset
+// terms of Q4_0 and Q4_K. One warp per block of 32.
+__global__ void __launch_bounds__(256) quantize_x(const float* __restrict__ x, int cols, int8_t* __restrict__ xq,
+                                                  float* __restrict__ xd, float* __restrict__ xs) {
+  const int i = blockIdx.x * 256 + threadIdx.x;
+  if (i >= cols) return;  // cols is a multiple of 256: whole warps return together
+  const float v = x[i];
+  float amax = fabsf(v);
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
+  const float d = amax / 127.0f;
+  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
+  xq[i] = int8_t(q);
+  int s = q;
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
+  if ((threadIdx.x & 31) == 0) {
+    xd[i / 32] = d;
+    xs[i / 32] = d * float(s);
+  }
+}
+
+// The 8 int8 codes words of x block b (32-byte aligned).
+__device__ __forceinline__ void load_xq(const int8_t* xq, int b, int* w) {
+  const int4* p = reinterpret_cast<const int4*>(xq + 32 * b);
+  const int4 a = __ldg(p), c = __ldg(p + 1);
+  w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = c.x; w[5] = c.y; w[6] = c.z; w[7] = c.w;
+}
+
+// N + 1 aligned words starting at the 2-byte aligned block `blk`; returns the block's first u16 and
+// puts the N words that follow it in q (the block's payload, realigned).
+template <int N>
+__device__ __forceinline__ uint32_t load_block_u16_then(const uint8_t* blk, uint32_t* q) {
+  const int off = int(reinterpret_cast<uintptr_t>(blk) & 3);  // 0 or 2
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(blk - off);
+  uint32_t w[N + 1];
+#pragma unroll
+  for (int k = 0; k <= N; ++k) w[k] = __ldg(p + k);
+#pragma unroll
+  for (int k = 0; k < N; ++k) q[k] = off ? w[k + 1] : __funnelshift_r(w[k], w[k + 1], 16);
+  return off ? (w[0] >> 16) : (w[0] & 0xffff);
+}
+
+template <GgmlType T>
+__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
+  const int lane = threadIdx.x & 31, r = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
+  if (r >= a.rows) return;
+  const uint8_t* row = a.w + size_t(r) * a.row_bytes;
+  float acc = 0.0f;
+  if constexpr (T == GgmlType::F16 || T == GgmlType::BF16 || T == GgmlType::F32) {
+    constexpr int kPerLoad = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte load
+#pragma unroll 4
+    for (int c = lane * kPerLoad; c < a.cols; c += 32 * kPerLoad) {
+      const uint4 w = __ldg(reinterpret_cast<const uint4*>(row + size_t(c) * (T == GgmlType::F32 ? 4 : 2)));
+      const float4 x0 = __ldg(reinterpret_cast<const float4*>(a.x + c));
+      if constexpr (T == GgmlType::F32) {
+        acc = fmaf(__uint_as_float(w.x), x0.x, acc);
+        acc = fmaf(__uint_as_float(w.y), x0.y, acc);
+        acc = fmaf(__uint_as_float(w.z), x0.z, acc);
+        acc = fmaf(__uint_as_float(w.w), x0.w, acc);
+      } else {
+        const float4 x1 = __ldg(reinterpret_cast<const float4*>(a.x + c + 4));
+        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+        for (int k = 0; k < 4; ++k) {
+          float lo, hi;
+          if constexpr (T == GgmlType::F16) {
+            lo = half_to_f32(ws[k] & 0xffff);
+            hi = half_to_f32(ws[k] >> 16);
+          } else {
+            lo = __uint_as_float(ws[k] << 16);
+            hi = __uint_as_float(ws[k] & 0xffff0000u);
+          }
+          acc = fmaf(lo, xs[2 * k], acc);
+          acc = fmaf(hi, xs[2 * k + 1], acc);
+        }
+      }
+    }
+  } else if constexpr (T == GgmlType::Q8_0) {
+    const int nb = a.cols / kQK;
+#pragma unroll 2
+    for (int b = lane; b < nb; b += 32) {
+      uint32_t q[8];
+      const float d = half_to_f32(load_block_u16_then<8>(row + size_t(b) * sizeof(BlockQ8_0), q));
+      int x[8];
+      load_xq(a.xq, b, x);
+      int s = 0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) s = __dp4a(int(q[k]), x[k], s);
+      acc = fmaf(d * __ldg(a.xd + b), float(s), acc);
+    }
+  } else if constexpr (T == GgmlType::Q4_0) {
+    const int nb = a.cols / kQK;
+#pragma unroll 2
+    for (int b = lane; b < nb; b += 32) {
+      uint32_t q[4];
+      const float d = half_to_f32(load_block_u16_then<4>(row + size_t(b) * sizeof(BlockQ4_0), q));
+      int x[8];
+      load_xq(a.xq, b, x);
+      int s = 0;
+#pragma unroll
+      for (int k = 0; k < 4; ++k) {
+        s = __dp4a(int(q[k] & 0x0f0f0f0fu), x[k], s);         // values 4k..4k+3
+        s = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x[4 + k], s);  // values 16+4k..
+      }
+      // sum (code - 8) * x = xd * s - 8 * xd * sum(xq)
+      acc = fmaf(d, fmaf(__ldg(a.xd + b), float(s), -8.0f * __ldg(a.xs + b)), acc);
+    }
+  } else if constexpr (T == GgmlType::Q4_K) {
+    // Lane = (super-block, pair of 32-value sub-blocks): 8 super-blocks per warp step.
+    const int nsb = a.cols / kQK_K, jp = lane & 3;
+#pragma unroll 2
+    for (int sb = lane >> 2; sb < nsb; sb += 8) {
+      const uint8_t* blk = row + size_t(sb) * sizeof(BlockQ4_K);  // 144 bytes: 16-byte aligned
+      const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));  // d, dmin, scales[0..11]
+      const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * jp));
+      const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(blk + 32 + 32 * jp));
+      const uint32_t s0 = h.y, s1 = h.z, s2 = h.w;
+      auto byte = [&](int i) -> uint32_t {
+        const uint32_t w = i < 4 ? s0 : (i < 8 ? s1 : s2);
+        return (w >> (8 * (i & 3))) & 0xff;
+      };
+      uint8_t sc_lo, m_lo, sc_hi, m_hi;
+      k_scale_min_at(2 * jp, byte, sc_lo, m_lo);
+      k_scale_min_at(2 * jp + 1, byte, sc_hi, m_hi);
+      const int xb = sb * 8 + 2 * jp;
+      int x0[8], x1[8];
+      load_xq(a.xq, xb, x0);
+      load_xq(a.xq, xb + 1, x1);
+      const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+      int slo = 0, shi = 0;
+#pragma unroll
+      for (int k = 0; k < 8; ++k) {
+        slo = __dp4a(int(q[k] & 0x0f0f0f0fu), x0[k], slo);
+        shi = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x1[k], shi);
+      }
+      const float d = half_to_f32(h.x & 0xffff), dmin = half_to_f32(h.x >> 16);
+      const float pos = float(sc_lo) * __ldg(a.xd + xb) * float(slo) + float(sc_hi) * __ldg(a.xd + xb + 1) * float(shi);
+      const float neg = float(m_lo) * __ldg(a.xs + xb) + float(m_hi) * __ldg(a.xs + xb + 1);
+      acc += d * pos - dmin * neg;
+    }
+  }
+  acc = warp_sum(acc);
+  if (lane == 0) a.y[r] = acc;
+}
+
+}  // namespace
+
+cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
+  const bool quantized = a.type == GgmlType::Q8_0 || a.type == GgmlType::Q4_0 || a.type == GgmlType::Q4_K;
+  if (quantized) {
+    quantize_x<<<a.cols / 256, 256, 0, st>>>(a.x, a.cols, a.xq, a.xd, a.xs);
+    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  }
+  const int grid = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  switch (a.type) {
+    case GgmlType::F32: gemv_kernel<GgmlType::F32><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::F16: gemv_kernel<GgmlType::F16><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::BF16: gemv_kernel<GgmlType::BF16><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::Q8_0: gemv_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::Q4_0: gemv_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::Q4_K: gemv_kernel<GgmlType::Q4_K><<<grid, kThreads, 0, st>>>(a); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+}  // namespace kvtax::cuda::detail

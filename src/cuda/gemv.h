@@ -1,0 +1,40 @@
+#pragma once
+// Decode GEMV on the device: y = W x for one token, weights in their GGUF (ggml) block formats.
+// F16/BF16 weights multiply f32 x with f32 FMAs; Q8_0, Q4_0 and Q4_K weights multiply x quantized to
+// int8 per 32 values (scale max|x|/127) with 4-way int8 dot products, the CPU matmul's scheme.
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/runtime.h"
+#include "ggml/types.h"
+
+namespace kvtax::cuda {
+
+bool gemv_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_0, Q4_K
+
+// A rows x cols weight matrix on the device (rows of ggml_row_bytes(type, cols), back to back).
+class DeviceWeight {
+ public:
+  // cols must be a multiple of 256; host_data holds rows * row_bytes bytes.
+  DeviceWeight(GgmlType type, int64_t rows, int64_t cols, const void* host_data);
+
+  GgmlType type() const { return type_; }
+  int64_t rows() const { return rows_; }
+  int64_t cols() const { return cols_; }
+  size_t row_bytes() const { return row_bytes_; }
+  size_t bytes() const { return size_t(rows_) * row_bytes_; }  // what one GEMV reads
+  const uint8_t* data() const { return buf_.as<uint8_t>(); }
+
+ private:
+  GgmlType type_;
+  int64_t rows_, cols_;
+  size_t row_bytes_;
+  Buffer buf_;
+};
+
+// Device scratch for the quantized copy of x.
+size_t gemv_scratch_bytes(int64_t cols);
+// x: device [cols] f32, y: device [rows] f32.
+void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream = nullptr);
+
+}  // namespace kvtax::cuda

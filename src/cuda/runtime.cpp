@@ -1,0 +1,93 @@
+#include "cuda/runtime.h"
+
+#include <fmt/format.h>
+
+#include "core/error.h"
+
+namespace kvtax::cuda {
+
+void check(cudaError_t e, const char* what) {
+  if (e != cudaSuccess) fail("CUDA {}: {} ({})", what, cudaGetErrorString(e), cudaGetErrorName(e));
+}
+
+void check_launch(const char* kernel) { check(cudaGetLastError(), kernel); }
+
+bool available() {
+  int n = 0;
+  if (cudaGetDeviceCount(&n) != cudaSuccess || n == 0) {
+    cudaGetLastError();  // clear the sticky "no device" status
+    return false;
+  }
+  return true;
+}
+
+int sm_count() {
+  int dev = 0, n = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
+  return n;
+}
+
+std::string device_summary() {
+  int dev = 0;
+  check(cudaGetDevice(&dev), "cudaGetDevice");
+  cudaDeviceProp p{};
+  check(cudaGetDeviceProperties(&p, dev), "cudaGetDeviceProperties");
+  return fmt::format("{}, {} SMs, sm_{}{}, {:.1f} GiB, L2 {} MiB", p.name, p.multiProcessorCount, p.major, p.minor,
+                     double(p.totalGlobalMem) / (1ull << 30), p.l2CacheSize >> 20);
+}
+
+Buffer::Buffer(size_t bytes) : n_(bytes) {
+  if (bytes) check(cudaMalloc(&p_, bytes), "cudaMalloc");
+}
+
+Buffer::~Buffer() {
+  if (p_) cudaFree(p_);
+}
+
+Buffer& Buffer::operator=(Buffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFree(p_);
+    p_ = o.p_;
+    n_ = o.n_;
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+
+void Buffer::upload(const void* src, size_t bytes, size_t offset) {
+  if (offset + bytes > n_) fail("CUDA upload of {} bytes at {} overflows a {}-byte buffer", bytes, offset, n_);
+  check(cudaMemcpy(static_cast<uint8_t*>(p_) + offset, src, bytes, cudaMemcpyHostToDevice), "upload");
+}
+
+void Buffer::download(void* dst, size_t bytes, size_t offset) const {
+  if (offset + bytes > n_) fail("CUDA download of {} bytes at {} overflows a {}-byte buffer", bytes, offset, n_);
+  check(cudaMemcpy(dst, static_cast<const uint8_t*>(p_) + offset, bytes, cudaMemcpyDeviceToHost), "download");
+}
+
+void Buffer::fill(uint8_t byte) {
+  if (n_) check(cudaMemset(p_, byte, n_), "cudaMemset");
+}
+
+EventTimer::EventTimer() {
+  check(cudaEventCreate(&a_), "cudaEventCreate");
+  check(cudaEventCreate(&b_), "cudaEventCreate");
+}
+
+EventTimer::~EventTimer() {
+  cudaEventDestroy(a_);
+  cudaEventDestroy(b_);
+}
+
+void EventTimer::start(cudaStream_t s) { check(cudaEventRecord(a_, s), "cudaEventRecord"); }
+
+float EventTimer::stop_ms(cudaStream_t s) {
+  check(cudaEventRecord(b_, s), "cudaEventRecord");
+  check(cudaEventSynchronize(b_), "cudaEventSynchronize");
+  float ms = 0;
+  check(cudaEventElapsedTime(&ms, a_, b_), "cudaEventElapsedTime");
+  return ms;
+}
+
+}  // namespace kvtax::cuda

@@ -1,0 +1,60 @@
+#pragma once
+// CUDA runtime helpers: device presence, error checks that throw kvtax::Error, device memory.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+#include <string>
+
+namespace kvtax::cuda {
+
+// True when a CUDA device can be used (false without a driver or GPU; tests skip then).
+bool available();
+// "NVIDIA H200, 132 SMs, sm_90, 139.8 GiB" for logs and results.
+std::string device_summary();
+int sm_count();
+
+// Throws kvtax::Error naming `what` when e is not cudaSuccess.
+void check(cudaError_t e, const char* what);
+// After a kernel launch: the launch error, if any.
+void check_launch(const char* kernel);
+
+// Owned device memory (cudaMalloc), moved not copied.
+class Buffer {
+ public:
+  Buffer() = default;
+  explicit Buffer(size_t bytes);
+  ~Buffer();
+  Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  Buffer& operator=(Buffer&& o) noexcept;
+  Buffer(const Buffer&) = delete;
+  Buffer& operator=(const Buffer&) = delete;
+
+  void* get() const { return p_; }
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+  void upload(const void* src, size_t bytes, size_t offset = 0);
+  void download(void* dst, size_t bytes, size_t offset = 0) const;
+  // Every byte set to `byte` (0xff makes floats NaN: unwritten outputs show up).
+  void fill(uint8_t byte);
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+// Event timer around a region of one stream.
+class EventTimer {
+ public:
+  EventTimer();
+  ~EventTimer();
+  EventTimer(const EventTimer&) = delete;
+  EventTimer& operator=(const EventTimer&) = delete;
+  void start(cudaStream_t s = nullptr);
+  float stop_ms(cudaStream_t s = nullptr);  // synchronizes
+
+ private:
+  cudaEvent_t a_ = nullptr, b_ = nullptr;
+};
+
+}  // namespace kvtax::cuda

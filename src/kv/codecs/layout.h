@@ -1,0 +1,197 @@
+#pragma once
+// Bit layouts of the KV codec rows, shared by the CPU reference decoders (formats.h) and the CUDA
+// kernels: the one place that says where each value, scale and gain sits in a row. Plain C++ that nvcc
+// also compiles for the device (KVTAX_HD).
+//
+// Decoding is expressed per "unit" of 8 consecutive values (u covers values 8u..8u+7): unit_decode
+// writes 8 unscaled values and returns the factor they are multiplied by (block scale, row scale or
+// gain, 1 for plain floats), so kernels can fold that factor into a dot product or a softmax weight.
+// Every codec's group divides 8 or is a multiple of it, so a row of d % 8 == 0 is whole units.
+#include <cstddef>
+#include <cstdint>
+#include <cstring>
+
+#include "core/f16.h"
+#include "core/hd.h"
+#include "kv/codecs/codec.h"
+
+#if defined(__CUDACC__)
+#include <cuda_fp16.h>
+#endif
+
+namespace kvtax::kv::layout {
+
+constexpr int kUnit = 8;
+constexpr int kQBlock = 32;       // q8 / q4 block
+constexpr float kFp8Max = 448.0f;  // largest e4m3 ("fn") magnitude
+
+// ---- row sizes and offsets (bytes)
+KVTAX_HD constexpr size_t f32_row_bytes(int d) { return size_t(d) * 4; }
+KVTAX_HD constexpr size_t half_row_bytes(int d) { return size_t(d) * 2; }
+KVTAX_HD constexpr size_t fp8_row_bytes(int d) { return 4 + size_t(d); }  // f32 scale, then codes
+// q8 / q4: d/32 f16 block scales first, then the codes.
+KVTAX_HD constexpr size_t q_scales_bytes(int d) { return size_t(d / kQBlock) * 2; }
+KVTAX_HD constexpr size_t q8_row_bytes(int d) { return q_scales_bytes(d) + size_t(d); }
+KVTAX_HD constexpr size_t q4_row_bytes(int d) { return q_scales_bytes(d) + size_t(d) / 2; }
+KVTAX_HD constexpr size_t tq4_row_bytes(int d) { return 4 + size_t(d) / 2; }      // f32 gain, then nibbles
+KVTAX_HD constexpr size_t tq3_row_bytes(int d) { return 4 + size_t(d) * 3 / 8; }  // f32 gain, 8 codes / 3 B
+
+KVTAX_HD constexpr size_t row_bytes(CodecId c, int d) {
+  switch (c) {
+    case CodecId::f32: return f32_row_bytes(d);
+    case CodecId::f16: case CodecId::bf16: return half_row_bytes(d);
+    case CodecId::fp8: return fp8_row_bytes(d);
+    case CodecId::q8: return q8_row_bytes(d);
+    case CodecId::q4: case CodecId::q4r: return q4_row_bytes(d);
+    case CodecId::tq4: return tq4_row_bytes(d);
+    case CodecId::tq3: return tq3_row_bytes(d);
+    default: return 0;
+  }
+}
+
+// ---- element primitives
+// e4m3 byte -> float. Placing the 7 magnitude bits at the top of an f32's exponent/mantissa gives
+// 2^(e-127) * (1 + m/8) for normals and m * 2^-129 for subnormals; times 2^120 both are the e4m3 value.
+// (0x7f/0xff, e4m3's NaN, decode as 480: the encoder saturates at 448 and never writes them.)
+KVTAX_HD float e4m3_to_f32(uint8_t b) {
+  const uint32_t bits = (uint32_t(b & 0x7f) << 20) | (uint32_t(b & 0x80) << 24);
+  float f;
+#if defined(__CUDA_ARCH__)
+  f = __uint_as_float(bits);
+#else
+  std::memcpy(&f, &bits, 4);
+#endif
+  return f * 0x1p120f;
+}
+
+KVTAX_HD float half_bits_to_f32(uint16_t h) {
+#if defined(__CUDA_ARCH__)
+  return __half2float(__ushort_as_half(h));
+#else
+  return f16_to_f32(h);
+#endif
+}
+
+KVTAX_HD float bf16_bits_to_f32(uint16_t h) {
+  const uint32_t bits = uint32_t(h) << 16;
+  float f;
+#if defined(__CUDA_ARCH__)
+  f = __uint_as_float(bits);
+#else
+  std::memcpy(&f, &bits, 4);
+#endif
+  return f;
+}
+
+KVTAX_HD float load_f32(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(reinterpret_cast<const float*>(p));  // rows are 4-byte aligned on the device
+#else
+  float f;
+  std::memcpy(&f, p, 4);
+  return f;
+#endif
+}
+KVTAX_HD uint16_t load_u16(const uint8_t* p) {
+#if defined(__CUDA_ARCH__)
+  return __ldg(reinterpret_cast<const unsigned short*>(p));
+#else
+  uint16_t v;
+  std::memcpy(&v, p, 2);
+  return v;
+#endif
+}
+// N 32-bit words from a 4-byte aligned address (16-byte vectors on the device when N is a multiple of 4
+// and the address allows it: callers pass kAligned16 only where the layout guarantees it).
+template <int N, bool kAligned16 = false>
+KVTAX_HD void load_words(const uint8_t* p, uint32_t* w) {
+#if defined(__CUDA_ARCH__)
+  if constexpr (kAligned16 && N % 4 == 0) {
+    for (int i = 0; i < N / 4; ++i) {
+      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+    }
+  } else {
+    for (int i = 0; i < N; ++i) w[i] = __ldg(reinterpret_cast<const unsigned int*>(p) + i);
+  }
+#else
+  std::memcpy(w, p, 4 * N);
+#endif
+}
+
+// q4: byte j of a 32-value block holds value j (low nibble) and j + 16 (high nibble); x = s * (code - 8).
+// Unit u of the row: block u/4; units 0,1 of a block are the low nibbles of bytes 0-7 / 8-15, units 2,3
+// the high nibbles of the same bytes.
+KVTAX_HD int q4_unit_byte(int u) { return (u / 4) * 16 + (u % 2) * 8; }
+KVTAX_HD int q4_unit_shift(int u) { return (u % 4) >= 2 ? 4 : 0; }
+// tq4: value i in nibble i of the codes (low nibble first).
+KVTAX_HD int tq4_code(const uint8_t* codes, int i) { return (codes[i / 2] >> (4 * (i & 1))) & 15; }
+// tq3: value j (0..7) of a group of 8 takes bits 3j..3j+2 of the group's 3 little-endian bytes.
+KVTAX_HD int tq3_code(uint32_t bits24, int j) { return int((bits24 >> (3 * j)) & 7); }
+
+// ---- unit decode: y[0..8) = values 8u..8u+7 / returned factor. `levels` is the tq codebook
+// (16 levels for tq4, 8 for tq3), unused by the others.
+template <CodecId C>
+KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels, float* y) {
+  if constexpr (C == CodecId::f32) {
+    uint32_t w[8];
+    load_words<8, true>(row + 32 * u, w);
+    for (int k = 0; k < 8; ++k) {
+#if defined(__CUDA_ARCH__)
+      y[k] = __uint_as_float(w[k]);
+#else
+      std::memcpy(&y[k], &w[k], 4);
+#endif
+    }
+    return 1.0f;
+  } else if constexpr (C == CodecId::f16 || C == CodecId::bf16) {
+    uint32_t w[4];
+    load_words<4, true>(row + 16 * u, w);
+    for (int k = 0; k < 4; ++k) {
+      const uint16_t lo = uint16_t(w[k] & 0xffff), hi = uint16_t(w[k] >> 16);
+      if constexpr (C == CodecId::f16) {
+        y[2 * k] = half_bits_to_f32(lo);
+        y[2 * k + 1] = half_bits_to_f32(hi);
+      } else {
+        y[2 * k] = bf16_bits_to_f32(lo);
+        y[2 * k + 1] = bf16_bits_to_f32(hi);
+      }
+    }
+    return 1.0f;
+  } else if constexpr (C == CodecId::fp8) {
+    uint32_t w[2];
+    load_words<2>(row + 4 + 8 * u, w);
+    for (int k = 0; k < 8; ++k) y[k] = e4m3_to_f32(uint8_t(w[k / 4] >> (8 * (k % 4))));
+    return load_f32(row);
+  } else if constexpr (C == CodecId::q8) {
+    uint32_t w[2];
+    load_words<2>(row + q_scales_bytes(d) + 8 * u, w);
+    for (int k = 0; k < 8; ++k) y[k] = float(int8_t(uint8_t(w[k / 4] >> (8 * (k % 4)))));
+    return half_bits_to_f32(load_u16(row + 2 * (u / 4)));
+  } else if constexpr (C == CodecId::q4 || C == CodecId::q4r) {
+    uint32_t w[2];
+    load_words<2>(row + q_scales_bytes(d) + q4_unit_byte(u), w);
+    const int sh = q4_unit_shift(u);
+    for (int k = 0; k < 8; ++k) y[k] = float(int((w[k / 4] >> (8 * (k % 4) + sh)) & 15) - 8);
+    return half_bits_to_f32(load_u16(row + 2 * (u / 4)));
+  } else if constexpr (C == CodecId::tq4) {
+    uint32_t w[1];
+    load_words<1>(row + 4 + 4 * u, w);
+    for (int k = 0; k < 8; ++k) y[k] = levels[(w[0] >> (4 * k)) & 15];
+    return load_f32(row);
+  } else if constexpr (C == CodecId::tq3) {
+    const uint8_t* p = row + 4 + 3 * u;
+#if defined(__CUDA_ARCH__)
+    const uint32_t bits = uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16);
+#else
+    const uint32_t bits = uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
+#endif
+    for (int k = 0; k < 8; ++k) y[k] = levels[tq3_code(bits, k)];
+    return load_f32(row);
+  } else {
+    static_assert(C == CodecId::f32, "unknown codec");
+    return 0.0f;
+  }
+}
+
+}  // namespace kvtax::kv::layout
