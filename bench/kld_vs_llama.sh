@@ -58,6 +58,8 @@ run_all() {
   for name in $MODELS_KLD; do
     m=$(model "$name")
     for c in $CTX; do
+      # llama-perplexity prints no statistics below 100 scored positions.
+      [ $(((c / 2 - 1) * CHUNKS)) -ge 100 ] || { echo "ctx $c x $CHUNKS chunks scores fewer than 100 positions: raise CHUNKS" >&2; exit 1; }
       key="$name|$TEXT_ID|c$c|k$CHUNKS|t$THREADS"
       if ! have "$key|kvtax"; then
         echo "kvtax $name ctx $c" >&2
