@@ -28,13 +28,12 @@ std::vector<float> quantized_x(const std::vector<float>& x) {
   return out;
 }
 
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    e += double(a[i] - b[i]) * (a[i] - b[i]);
-    m += double(b[i]) * b[i];
-  }
-  return std::sqrt(e / m);
+// Largest |y_r - ref_r| relative to sum_c |W_rc x_c|: a row's dot product can cancel to near zero
+// (a single Q4_K row of 256 did, on the H200, 2026-11-30), its terms cannot.
+double scaled_err(const std::vector<float>& y, const std::vector<float>& ref, const std::vector<double>& mag) {
+  double e = 0;
+  for (size_t r = 0; r < y.size(); ++r) e = std::max(e, std::fabs(double(y[r]) - ref[r]) / mag[r]);
+  return e;
 }
 
 TEST(CudaGemv, EveryTypeMatchesReference) {
@@ -71,9 +70,16 @@ TEST(CudaGemv, EveryTypeMatchesReference) {
       const std::vector<float> xq = int_dot ? quantized_x(x) : x;
       matmul_reference(cw, xq.data(), 1, ref.data());
       matmul_reference(cw, x.data(), 1, ref_exact.data());
-      EXPECT_LE(rel_l2(y, ref), 1e-5) << ggml_type_name(t) << " " << s.rows << "x" << s.cols;
-      // Activation rounding: bounded like the CPU's quantized-activation matmul.
-      EXPECT_LE(rel_l2(y, ref_exact), int_dot ? 3e-2 : 1e-5) << ggml_type_name(t) << " " << s.rows << "x" << s.cols;
+      std::vector<double> mag(s.rows);
+      std::vector<float> row(s.cols);
+      for (int64_t r = 0; r < s.rows; ++r) {
+        weight_row(cw, r, row.data());
+        for (int64_t c = 0; c < s.cols; ++c) mag[r] += std::fabs(double(row[c]) * x[c]);
+      }
+      EXPECT_LE(scaled_err(y, ref, mag), 1e-6) << ggml_type_name(t) << " " << s.rows << "x" << s.cols;
+      // Activation rounding (x to int8 per 32 values), as in the CPU's quantized-activation matmul.
+      EXPECT_LE(scaled_err(y, ref_exact, mag), int_dot ? 1e-2 : 1e-6) << ggml_type_name(t) << " " << s.rows << "x"
+                                                                       << s.cols;
     }
 }
 
