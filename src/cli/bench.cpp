@@ -1,32 +1,52 @@
 // kvtax bench: the KV-cache tax sweep (planted-fact recall, speed, memory, capacity, KLD) with the
-// in-process engine. The sweep itself only knows the Runner interface.
+// in-process engine, or over HTTP against any OpenAI-compatible server (--endpoint). The sweep itself
+// only knows the Runner interface.
 #include <cstdio>
 #include <memory>
 
 #include "cli/command.h"
+#include "core/error.h"
 #include "engine/local_runner.h"
+#include "harness/http_runner.h"
 #include "harness/sweep_cli.h"
 
 namespace kvtax::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model;
+  std::string model, endpoint, tokenizer;
   int threads = 0;
   int batch = 512;
+  double http_timeout_s = 600;
   harness::SweepCliArgs sweep;
 };
 
 const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms x lengths x passes", [](CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
-  sub.add_option("-m,--model", a->model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  sub.add_option("-m,--model", a->model, "GGUF model file; with --endpoint: the model id the server serves");
+  sub.add_option("--endpoint", a->endpoint, "OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1");
+  sub.add_option("--tokenizer", a->tokenizer, "With --endpoint: GGUF holding the served model's vocabulary")
+      ->check(CLI::ExistingFile);
+  sub.add_option("--http-timeout", a->http_timeout_s, "With --endpoint: seconds one request may take");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   sub.add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 8192));
   harness::add_sweep_options(sub, a->sweep);
   sub.callback([a] {
-    const harness::SweepOptions opt = harness::resolve_sweep_options(a->sweep);
-    LocalRunner runner(a->model, a->threads, a->batch);
-    const auto rep = harness::run_sweep(runner, opt);
+    if (a->model.empty()) fail("give -m FILE.gguf (or, with --endpoint, -m MODEL_ID)");
+    harness::SweepOptions opt = harness::resolve_sweep_options(a->sweep);
+    std::unique_ptr<harness::Runner> runner;
+    if (!a->endpoint.empty()) {
+      if (a->tokenizer.empty()) fail("--endpoint needs --tokenizer FILE.gguf (the served model's vocabulary)");
+      if (opt.kld && opt.arms.size() > 1) {
+        std::fprintf(stderr, "note: KLD needs teacher forcing, which an HTTP server does not offer; it is off\n");
+      }
+      opt.kld = false;
+      runner = std::make_unique<harness::HttpRunner>(a->endpoint, a->model, a->tokenizer, a->http_timeout_s);
+    } else {
+      if (!a->tokenizer.empty()) fail("--tokenizer only applies with --endpoint");
+      runner = std::make_unique<LocalRunner>(a->model, a->threads, a->batch);
+    }
+    const auto rep = harness::run_sweep(*runner, opt);
     std::fprintf(stderr, "runs: %d planned, %d executed, %d skipped (resume), %d failed; results in %s\n",
                  rep.planned, rep.executed, rep.skipped, rep.failed, opt.out_dir.c_str());
   });

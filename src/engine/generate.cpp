@@ -63,22 +63,34 @@ GenerateOutput generate(Forward& fw, const std::vector<int32_t>& prompt, const G
   const tok::Tokenizer& tokenizer = fw.model().tokenizer();
   const int n_vocab = int(fw.model().config().n_vocab);
   if (prompt.empty()) fail("empty prompt");
+  if (o.cached_prefix < 0 || size_t(o.cached_prefix) >= prompt.size() || o.cached_prefix > fw.n_past())
+    fail("generate: cached prefix of {} tokens is invalid for a {}-token prompt and {} cached tokens", o.cached_prefix,
+         prompt.size(), fw.n_past());
+  const size_t first = size_t(o.cached_prefix);
   const int room = fw.max_context() - fw.n_past();
-  if (int(prompt.size()) > room)
-    fail("context overflow: the prompt has {} tokens but only {} of the {}-token context are free", prompt.size(),
-         room, fw.max_context());
+  if (int(prompt.size() - first) > room)
+    fail("context overflow: the prompt has {} tokens but only {} of the {}-token context are free",
+         prompt.size() - first, room, fw.max_context());
 
   GenerateOutput out;
   GenerateStats& st = out.stats;
   st.prompt_tokens = int(prompt.size());
+  st.cached_tokens = int(first);
   Sampler sampler(o.sampler);
   for (int32_t t : prompt) sampler.accept(t);
   std::vector<float> logits(static_cast<size_t>(n_vocab));
 
   const double t0 = now_seconds();
   const size_t chunk = size_t(std::max(1, std::min(o.prefill_chunk, fw.max_batch())));
-  for (size_t i = 0; i < prompt.size(); i += chunk)
+  const auto cancelled = [&] { return o.cancel && o.cancel->load(std::memory_order_relaxed); };
+  for (size_t i = first; i < prompt.size(); i += chunk) {
+    if (cancelled()) {
+      st.stop_reason = "cancel";
+      st.prefill_s = st.total_s = now_seconds() - t0;
+      return out;
+    }
     fw.eval(prompt.data() + i, int(std::min(chunk, prompt.size() - i)), logits.data());
+  }
   const double t_prefill = now_seconds();
   st.prefill_s = t_prefill - t0;
 
@@ -102,7 +114,7 @@ GenerateOutput generate(Forward& fw, const std::vector<int32_t>& prompt, const G
       st.stop_reason = "stop";
       break;
     }
-    if (scanner.cancelled()) {
+    if (scanner.cancelled() || cancelled()) {
       st.stop_reason = "cancel";
       break;
     }

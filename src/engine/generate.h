@@ -1,5 +1,6 @@
 #pragma once
 // Prefill in chunks, then decode until max_tokens, an end-of-generation token or a stop string.
+#include <atomic>
 #include <cstdint>
 #include <functional>
 #include <string>
@@ -21,10 +22,16 @@ struct GenerateOptions {
   // Teacher forcing: feed these tokens instead of sampling and record each position's log-softmax.
   const std::vector<int32_t>* teacher = nullptr;
   bool want_logprobs = false;  // record each answer position's log-softmax (always on with a teacher)
+  // The first `cached_prefix` prompt tokens are already the last tokens in the cache (prefix reuse): they
+  // seed the sampler's history but are not evaluated again. Must be < prompt.size().
+  int cached_prefix = 0;
+  // Checked before every prefill chunk and every token: when set, generation stops (reason "cancel").
+  const std::atomic<bool>* cancel = nullptr;
 };
 
 struct GenerateStats {
-  int prompt_tokens = 0;
+  int prompt_tokens = 0;      // the whole prompt, cached prefix included
+  int cached_tokens = 0;      // prompt tokens served from the cache (GenerateOptions::cached_prefix)
   int generated_tokens = 0;
   double ttft_s = 0;      // start → first generated token (whole prefill + first sample)
   double prefill_s = 0;
@@ -32,7 +39,7 @@ struct GenerateStats {
   double total_s = 0;
   std::vector<double> itl_s;  // per decoded token after the first
   std::string stop_reason;    // length | eog | stop | cancel
-  double prefill_tok_s() const { return prefill_s > 0 ? prompt_tokens / prefill_s : 0; }
+  double prefill_tok_s() const { return prefill_s > 0 ? (prompt_tokens - cached_tokens) / prefill_s : 0; }
   double decode_tok_s() const { return decode_s > 0 ? (generated_tokens - 1) / decode_s : 0; }
 };
 

@@ -37,7 +37,10 @@ LocalRunner::LocalRunner(const std::string& model_path, int threads, int batch)
     : path_(model_path), model_(Model::load(model_path)), chat_(tok::detect_chat_template(model_->file())),
       threads_(threads), batch_(batch), pool_(std::make_unique<ThreadPool>(threads)) {}
 
-void LocalRunner::on_child_start() { pool_ = std::make_unique<ThreadPool>(threads_); }
+void LocalRunner::on_child_start() {
+  session_.reset();  // it refers to the parent's pool
+  pool_ = std::make_unique<ThreadPool>(threads_);
+}
 
 std::string LocalRunner::describe() const {
   const auto& c = model_->config();
@@ -75,13 +78,26 @@ harness::GenerateResult LocalRunner::generate(const harness::GenerateRequest& re
   const int answer = req.teacher_tokens.empty() ? req.max_tokens : int(req.teacher_tokens.size());
   const int ctx = int(prompt.size()) + answer + 1;
 
-  Forward fw(*model_, spec, ctx, batch_, *pool_);  // fresh cache: every run is isolated
+  std::unique_ptr<Session> fresh;
+  Session* session;
+  if (req.allow_prefix_cache) {
+    if (!session_ || session_spec_ != spec.str() || session_->max_context() < ctx) {
+      session_.reset();
+      session_ = std::make_unique<Session>(*model_, spec, std::max(2 * ctx, 4096), batch_, *pool_);
+      session_spec_ = spec.str();
+    }
+    session = session_.get();
+  } else {
+    fresh = std::make_unique<Session>(*model_, spec, ctx, batch_, *pool_);  // fresh cache: the run is isolated
+    session = fresh.get();
+  }
   GenerateOptions o;
   o.max_tokens = answer;
   o.prefill_chunk = batch_;
   o.want_logprobs = req.want_logprobs;
   if (!req.teacher_tokens.empty()) o.teacher = &req.teacher_tokens;
-  GenerateOutput out = kvtax::generate(fw, prompt, o);
+  GenerateOutput out = session->generate(prompt, o, req.allow_prefix_cache);
+  const Forward& fw = session->forward();
 
   harness::GenerateResult r;
   r.text = out.text;
@@ -92,7 +108,8 @@ harness::GenerateResult LocalRunner::generate(const harness::GenerateRequest& re
   r.total_s = out.stats.ttft_s + out.stats.decode_s;
   r.itl_s = out.stats.itl_s;
   r.peak_rss = peak_rss_bytes();
-  r.kv_bytes = fw.cache().peak_bytes_used();
+  r.kv_bytes = fresh ? fw.cache().peak_bytes_used() : fw.cache().bytes_used();
+  r.reused_prefix_tokens = out.stats.cached_tokens;
   r.scratch_peak = fw.scratch_bytes() + attention_scratch_peak();
   r.bytes_per_token = fw.cache().bytes_per_token();
   const KvShape shape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};

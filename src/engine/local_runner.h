@@ -1,10 +1,12 @@
 #pragma once
 // The harness's in-process runner: each request gets a fresh KV cache in the arm's codecs and policy,
-// over one loaded model and one thread pool.
+// over one loaded model and one thread pool. Requests that allow the prefix cache share one Session
+// (per arm): each reuses the longest exact common prefix the previous one left in the cache.
 #include <memory>
 #include <string>
 
 #include "core/thread_pool.h"
+#include "engine/session.h"
 #include "harness/runner.h"
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
@@ -28,6 +30,8 @@ class LocalRunner : public harness::Runner {
   tok::ChatTemplate chat_;
   int threads_, batch_;
   std::unique_ptr<ThreadPool> pool_;
+  std::unique_ptr<Session> session_;  // the prefix cache; after pool_ so it is destroyed first
+  std::string session_spec_;
 };
 
 }  // namespace kvtax

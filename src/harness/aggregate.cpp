@@ -164,6 +164,7 @@ Aggregates aggregate(const ResultsFile& f) {
       ct.push_back(c->ttft_s);
       wt.push_back(w->second->ttft_s);
       reused.push_back(w->second->reused_prefix_tokens);
+      if (w->second->text == c->text) ++p.same_output;
       if (w->second->cache_hit.value_or(false)) {
         ++p.verified;
         sv.push_back(c->ttft_s - w->second->ttft_s);
@@ -216,7 +217,7 @@ void write_aggregates(const Aggregates& a, const std::string& dir) {
   }
   for (const auto& p : a.prefix)
     jl << nlohmann::json{{"type", "prefix"}, {"arm", p.arm}, {"prefix_target", p.prefix_target}, {"pairs", p.pairs},
-                         {"verified", p.verified}, {"cold_ttft_s", to_json(p.cold_ttft)},
+                         {"verified", p.verified}, {"same_output", p.same_output}, {"cold_ttft_s", to_json(p.cold_ttft)},
                          {"warm_ttft_s", to_json(p.warm_ttft)}, {"saving_s", to_json(p.saving_s)},
                          {"reused_tokens", to_json(p.reused_tokens)}}
               .dump()
@@ -267,8 +268,8 @@ std::string summary_table(const Aggregates& a) {
       out += fmt::format("ITL slope {}: {:.4g} us per 1k context tokens (intercept {:.4g} ms, {} lengths)\n", f.arm,
                          f.itl->slope * 1e9, f.itl->intercept * 1e3, f.itl->n);
   for (const auto& p : a.prefix)
-    out += fmt::format("prefix reuse {}: {} pairs, {} verified hits, cold TTFT {} s, warm {} s, saving {} s\n", p.arm,
-                       p.pairs, p.verified, num(p.cold_ttft.median, "{:.4g}"), num(p.warm_ttft.median, "{:.4g}"),
+    out += fmt::format("prefix reuse {}: {} pairs, {} verified hits, {} equal answers, cold TTFT {} s, warm {} s, "
+                       "saving {} s\n", p.arm, p.pairs, p.verified, p.same_output, num(p.cold_ttft.median, "{:.4g}"), num(p.warm_ttft.median, "{:.4g}"),
                        num(p.saving_s.median, "{:.4g}"));
   return out;
 }

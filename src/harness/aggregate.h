@@ -54,6 +54,7 @@ struct PrefixCell {
   std::string arm;
   int64_t prefix_target = 0;
   int pairs = 0, verified = 0;        // passes with both runs ok; of those, with a verified cache hit
+  int same_output = 0;                // pairs whose warm answer equals the cold one
   Summary cold_ttft, warm_ttft, saving_s;  // saving: paired cold - warm TTFT over verified pairs
   Summary reused_tokens;
 };

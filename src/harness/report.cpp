@@ -241,11 +241,11 @@ std::string render_report_html(const ResultsFile& raw, const Aggregates& a) {
   h += "</table>";
   if (!a.prefix.empty()) {
     h += "<h2>Prefix reuse (cold vs warm)</h2><table><tr><th class=\"l\">arm</th><th>prefix target</th><th>pairs</th>"
-         "<th>verified hits</th><th>reused tokens</th><th>cold TTFT s</th><th>warm TTFT s</th><th>saving s (paired)</th></tr>";
+         "<th>verified hits</th><th>equal answers</th><th>reused tokens</th><th>cold TTFT s</th><th>warm TTFT s</th><th>saving s (paired)</th></tr>";
     for (const auto& p : a.prefix)
       h += fmt::format("<tr><td class=\"l\">{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td><td>{}</td>"
-                       "<td>{}</td></tr>",
-                       html_escape(p.arm), p.prefix_target, p.pairs, p.verified, num(p.reused_tokens.median, "{:.0f}"),
+                       "<td>{}</td><td>{}</td></tr>",
+                       html_escape(p.arm), p.prefix_target, p.pairs, p.verified, p.same_output, num(p.reused_tokens.median, "{:.0f}"),
                        num(p.cold_ttft.median, "{:.4g}"), num(p.warm_ttft.median, "{:.4g}"),
                        num(p.saving_s.median, "{:.4g}"));
     h += "</table>";

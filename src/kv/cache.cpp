@@ -239,6 +239,40 @@ void KvCache::clear() {
   used_ = 0;
 }
 
+int KvCache::reusable_prefix(int n) const {
+  const auto& p = spec_.policy;
+  const int64_t B = kBlockTokens;
+  // A shorter prefix tightens the eviction condition, so iterate until no block below m breaks it.
+  for (int m = std::clamp(n, 0, n_past_);;) {
+    int ok = m;
+    for (int64_t b = 0; b * B < m && ok == m; ++b) {
+      const int64_t first = b * B, last = first + B;
+      const Block* blk = size_t(b) < blocks_.size() ? &blocks_[size_t(b)] : nullptr;
+      if (!blk || !blk->data) {
+        // Evicted: fine if a fresh cache would have evicted it by m too, else stop before it.
+        if (!(p.window > 0 && first >= p.sinks && last <= int64_t(m) - p.window + 1)) ok = int(first);
+      } else if (tiered_ && !blk->hot && last > int64_t(m) - p.recent) {
+        // Cold here but f16 in a fresh cache at m: its f16 rows are gone, and every block before it is
+        // cold as well, so no shorter non-empty prefix is consistent either.
+        return 0;
+      }
+    }
+    if (ok == m) return m;
+    m = ok;
+  }
+}
+
+void KvCache::truncate(int n) {
+  if (n < 0 || n > n_past_) fail("KV truncate({}): out of range 0..{}", n, n_past_);
+  if (reusable_prefix(n) != n)
+    fail("KV truncate({}): not exact under spec {} (longest exact prefix: {})", n, spec_.str(), reusable_prefix(n));
+  const size_t keep = (size_t(n) + kBlockTokens - 1) / kBlockTokens;
+  for (size_t b = keep; b < blocks_.size(); ++b) free_block(blocks_[b]);
+  if (blocks_.size() > keep) blocks_.resize(keep);
+  n_past_ = n;
+  std::fill(layer_len_.begin(), layer_len_.end(), n);
+}
+
 double KvCache::bytes_per_token() const {
   return double(shape_.n_layers) * shape_.n_kv_heads * (kc_->row_bytes(shape_.head_dim) + vc_->row_bytes(shape_.head_dim));
 }

@@ -55,6 +55,14 @@ class KvCache {
   void append(int layer, int n, const float* k, const float* v);
   void commit(int n);
   void clear();
+  // Drops every token from position n on (0 <= n <= n_past; also discards appends not yet committed), so
+  // the cache continues as if only the first n tokens had been committed. Throws unless
+  // reusable_prefix(n) == n: a truncated cache must hold exactly what a fresh one would after n tokens.
+  void truncate(int n);
+  // The largest m <= n (and <= n_past) for which truncate(m) is exact. Window+sinks: the blocks a query at
+  // m would still see must not have been evicted. recent=N tiers: blocks already moved to the cold codecs
+  // cannot be restored to f16, so they must be old enough to be cold after m tokens too (else m = 0).
+  int reusable_prefix(int n) const;
 
   size_t bytes_used() const { return used_; }
   size_t bytes_reserved() const { return reserved_; }

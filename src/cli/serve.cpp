@@ -1,0 +1,105 @@
+// kvtax serve: an OpenAI-compatible HTTP server (chat/completions, completions, models, health, metrics).
+// SIGTERM or SIGINT shuts down gracefully: new requests get 503, running ones finish (up to --shutdown-grace).
+#include <atomic>
+#include <chrono>
+#include <csignal>
+#include <cstdio>
+#include <filesystem>
+#include <thread>
+
+#include <pthread.h>
+
+#include "cli/command.h"
+#include "cli/engine_options.h"
+#include "core/error.h"
+#include "harness/sweep_cli.h"
+#include "serve/server.h"
+
+namespace kvtax::cli {
+namespace {
+
+struct ServeArgs {
+  EngineOptions engine;
+  std::string host = "127.0.0.1", name, reserve;
+  int port = 8080;
+  bool no_prefix_cache = false;
+  size_t max_queue = 16;
+  std::string max_body = "8MiB";
+  int default_max_tokens = 256;
+  double grace_s = 30;
+};
+
+void serve(const ServeArgs& a) {
+  // Signals go to sigwait below only: block them before any thread starts so every thread inherits the mask.
+  sigset_t sigs;
+  sigemptyset(&sigs);
+  sigaddset(&sigs, SIGTERM);
+  sigaddset(&sigs, SIGINT);
+  pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
+  std::signal(SIGPIPE, SIG_IGN);
+
+  auto model = Model::load(a.engine.model);
+  const ModelConfig& c = model->config();
+  const KvSpec spec = a.engine.kv_spec();
+  int ctx = a.engine.ctx > 0 ? a.engine.ctx : int(std::min<uint32_t>(c.context_length ? c.context_length : 4096, 32768));
+  size_t reserve = 0;
+  if (!a.reserve.empty()) {
+    reserve = harness::parse_bytes(a.reserve);
+    const size_t cap = KvCache::capacity(KvShape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)}, spec, reserve,
+                                         a.engine.batch);
+    if (cap < 2) fail("--kv-reserve {} holds no sequence under KV spec {}", a.reserve, spec.str());
+    if (cap < size_t(ctx)) ctx = int(cap);
+  }
+  serve::ServerOptions o;
+  o.host = a.host;
+  o.port = a.port;
+  o.model_name = a.name.empty() ? std::filesystem::path(a.engine.model).stem().string() : a.name;
+  o.max_body_bytes = harness::parse_bytes(a.max_body);
+  o.default_max_tokens = a.default_max_tokens;
+  o.engine.kv = spec;
+  o.engine.max_context = ctx;
+  o.engine.batch = a.engine.batch;
+  o.engine.threads = a.engine.threads;
+  o.engine.queue_limit = a.max_queue;
+  o.engine.prefix_cache = !a.no_prefix_cache;
+  serve::Server server(*model, o);
+  const int port = server.bind();
+  std::fprintf(stderr, "kvtax serve: listening on http://%s:%d/v1 (model '%s', context %d tokens, KV %s%s)\n",
+               a.host.c_str(), port, o.model_name.c_str(), ctx, spec.str().c_str(),
+               o.engine.prefix_cache ? ", prefix cache" : "");
+  std::fflush(stderr);
+  std::atomic<bool> listen_returned{false};
+  std::thread listener([&] {
+    server.listen();
+    listen_returned = true;
+  });
+  int sig = 0;
+  sigwait(&sigs, &sig);
+  // Stopping a server that has not started listening yet would not stop it.
+  while (!server.running() && !listen_returned) std::this_thread::sleep_for(std::chrono::milliseconds(1));
+  std::fprintf(stderr, "kvtax serve: %s, shutting down (grace %.0f s)\n", sig == SIGTERM ? "SIGTERM" : "SIGINT",
+               a.grace_s);
+  server.shutdown(a.grace_s);
+  listener.join();
+  std::fprintf(stderr, "kvtax serve: stopped\n");
+}
+
+const bool registered = add_command({"serve", "OpenAI-compatible HTTP server (chat/completions, completions)", [](CLI::App& sub) {
+  auto a = std::make_shared<ServeArgs>();
+  add_engine_options(sub, a->engine);
+  sub.add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
+  sub.add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
+  sub.add_option("--name", a->name, "Model id clients name (default: the file name without .gguf)");
+  sub.add_option("--kv-reserve", a->reserve, "KV reservation (e.g. 2GiB); limits the tokens a sequence may hold");
+  sub.add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse cached prompt prefixes across requests");
+  sub.add_option("--max-queue", a->max_queue, "Requests that may wait for the engine before 429 (default 16)");
+  sub.add_option("--max-body", a->max_body, "Largest request body (default 8MiB)");
+  sub.add_option("--default-max-tokens", a->default_max_tokens, "Tokens to generate when a request sets none")
+      ->check(CLI::PositiveNumber);
+  sub.add_option("--shutdown-grace", a->grace_s, "Seconds running requests get to finish on SIGTERM")
+      ->check(CLI::NonNegativeNumber);
+  sub.callback([a] { serve(*a); });
+}});
+
+}  // namespace
+}  // namespace kvtax::cli
