@@ -1,5 +1,4 @@
-// The tiny architecture with make-model's own byte vocabulary: a whole model with no fixture, as the
-// README's quick sweep uses it.
+// The tiny architecture with make-model's own byte vocabulary: a whole random-weight model with no fixture.
 #include <gtest/gtest.h>
 
 #include <filesystem>

@@ -9,6 +9,7 @@
 #include "engine/local_runner.h"
 #include "harness/http_runner.h"
 #include "harness/sweep_cli.h"
+#include "model/default_model.h"
 
 namespace kvtax::cli {
 namespace {
@@ -23,7 +24,8 @@ struct BenchArgs {
 
 const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms x lengths x passes", [](CLI::App& sub) {
   auto a = std::make_shared<BenchArgs>();
-  sub.add_option("-m,--model", a->model, "GGUF model file; with --endpoint: the model id the server serves");
+  sub.add_option("-m,--model", a->model, "GGUF model file (default: the shipped models/kvtax-recall-12m.gguf); with --endpoint: the model id the "
+                 "server serves");
   sub.add_option("--endpoint", a->endpoint, "OpenAI-compatible server, e.g. http://127.0.0.1:8080/v1");
   sub.add_option("--tokenizer", a->tokenizer, "With --endpoint: GGUF holding the served model's vocabulary")
       ->check(CLI::ExistingFile);
@@ -32,10 +34,10 @@ const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms 
   sub.add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 8192));
   harness::add_sweep_options(sub, a->sweep);
   sub.callback([a] {
-    if (a->model.empty()) fail("give -m FILE.gguf (or, with --endpoint, -m MODEL_ID)");
     harness::SweepOptions opt = harness::resolve_sweep_options(a->sweep);
     std::unique_ptr<harness::Runner> runner;
     if (!a->endpoint.empty()) {
+      if (a->model.empty()) fail("--endpoint needs -m MODEL_ID (the model id the server serves)");
       if (a->tokenizer.empty()) fail("--endpoint needs --tokenizer FILE.gguf (the served model's vocabulary)");
       if (opt.kld && opt.arms.size() > 1) {
         std::fprintf(stderr, "note: KLD needs teacher forcing, which an HTTP server does not offer; it is off\n");
@@ -44,7 +46,7 @@ const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms 
       runner = std::make_unique<harness::HttpRunner>(a->endpoint, a->model, a->tokenizer, a->http_timeout_s);
     } else {
       if (!a->tokenizer.empty()) fail("--tokenizer only applies with --endpoint");
-      runner = std::make_unique<LocalRunner>(a->model, a->threads, a->batch);
+      runner = std::make_unique<LocalRunner>(model_or_default(a->model), a->threads, a->batch);
     }
     const auto rep = harness::run_sweep(*runner, opt);
     std::fprintf(stderr, "runs: %d planned, %d executed, %d skipped (resume), %d failed; results in %s\n",

@@ -3,7 +3,8 @@
 namespace kvtax::cli {
 
 void add_engine_options(CLI::App& app, EngineOptions& o) {
-  app.add_option("-m,--model", o.model, "GGUF model file")->required()->check(CLI::ExistingFile);
+  app.add_option("-m,--model", o.model, "GGUF model file (default: the shipped models/kvtax-recall-12m.gguf)")
+      ->check(CLI::ExistingFile);
   app.add_option("-t,--threads", o.threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--ctx", o.ctx, "Context size in tokens (default: the model's, at most 32768)")
       ->check(CLI::NonNegativeNumber);

@@ -8,6 +8,7 @@
 #include "attn/cpu/attention.h"
 #include "cli/command.h"
 #include "cli/engine_options.h"
+#include "model/default_model.h"
 #include "core/error.h"
 #include "core/memory.h"
 #include "engine/generate.h"
@@ -35,7 +36,8 @@ std::string read_file(const std::string& path) {
 }
 
 void run(const RunOptions& o) {
-  auto model = Model::load(o.engine.model);
+  const std::string model_path = model_or_default(o.engine.model);
+  auto model = Model::load(model_path);
   const ModelConfig& c = model->config();
   const tok::Tokenizer& tokenizer = model->tokenizer();
   const std::string text = o.prompt_file.empty() ? o.prompt : read_file(o.prompt_file);
@@ -74,7 +76,7 @@ void run(const RunOptions& o) {
                fw.cache().spec().v.c_str(), peak / 1048576.0, pool.size());
   if (!o.stats_json.empty()) {
     nlohmann::json j = {
-        {"model", o.engine.model}, {"threads", pool.size()}, {"context", ctx},
+        {"model", model_path}, {"threads", pool.size()}, {"context", ctx},
         {"kv_k", fw.cache().spec().k}, {"kv_v", fw.cache().spec().v},
         {"prompt_tokens", st.prompt_tokens}, {"generated_tokens", st.generated_tokens},
         {"ttft_s", st.ttft_s}, {"prefill_tok_s", st.prefill_tok_s()}, {"decode_tok_s", st.decode_tok_s()},

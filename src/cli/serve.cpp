@@ -13,6 +13,7 @@
 #include "cli/engine_options.h"
 #include "core/error.h"
 #include "harness/sweep_cli.h"
+#include "model/default_model.h"
 #include "serve/server.h"
 
 namespace kvtax::cli {
@@ -38,7 +39,8 @@ void serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  auto model = Model::load(a.engine.model);
+  const std::string model_path = model_or_default(a.engine.model);
+  auto model = Model::load(model_path);
   const ModelConfig& c = model->config();
   const KvSpec spec = a.engine.kv_spec();
   int ctx = a.engine.ctx > 0 ? a.engine.ctx : int(std::min<uint32_t>(c.context_length ? c.context_length : 4096, 32768));
@@ -53,7 +55,7 @@ void serve(const ServeArgs& a) {
   serve::ServerOptions o;
   o.host = a.host;
   o.port = a.port;
-  o.model_name = a.name.empty() ? std::filesystem::path(a.engine.model).stem().string() : a.name;
+  o.model_name = a.name.empty() ? std::filesystem::path(model_path).stem().string() : a.name;
   o.max_body_bytes = harness::parse_bytes(a.max_body);
   o.default_max_tokens = a.default_max_tokens;
   o.engine.kv = spec;
