@@ -90,6 +90,15 @@ class File {
   std::optional<std::vector<float>> get_f32s(std::string_view key) const;
   std::optional<std::vector<int32_t>> get_i32s(std::string_view key) const;  // any integer elements
 
+  // Frees the elements of an array value once its consumer has copied what it needs (the tokenizer's
+  // vocabulary and merges are tens of MiB as Values); the key stays, as an empty array. No-op if absent.
+  void release_array(std::string_view key);
+  // Memory hints for the mapping (no-ops for in-memory files): the header pages are parsed into Values at
+  // open and never read again; a tensor read a few rows at a time (the token embedding) should not pull
+  // in readahead around each row.
+  void drop_header_pages() const;
+  void advise_random(const TensorInfo& t) const;
+
   const std::vector<TensorInfo>& tensors() const { return tensors_; }
   const TensorInfo* tensor(std::string_view name) const;  // nullptr if absent
   std::span<const uint8_t> tensor_data(const TensorInfo& t) const;

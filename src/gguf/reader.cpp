@@ -287,6 +287,31 @@ const Value* File::find(std::string_view key) const {
   return it == kv_index_.end() ? nullptr : &kv_[it->second].value;
 }
 
+void File::release_array(std::string_view key) {
+  auto it = kv_index_.find(std::string(key));
+  if (it == kv_index_.end() || kv_[it->second].value.type != ValueType::ARRAY) return;
+  std::vector<Value>().swap(kv_[it->second].value.arr);
+}
+
+namespace {
+void advise(const void* map, size_t map_size, uint64_t begin, uint64_t end, int advice) {
+  if (!map) return;
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  const uint64_t b = begin / page * page, e = std::min<uint64_t>(map_size, (end + page - 1) / page * page);
+  if (b < e) ::madvise(static_cast<char*>(const_cast<void*>(map)) + b, size_t(e - b), advice);
+}
+}  // namespace
+
+void File::drop_header_pages() const {
+  // Only whole pages below the data section: the first tensor's page stays.
+  const uint64_t page = uint64_t(sysconf(_SC_PAGESIZE));
+  advise(map_, map_size_, 0, data_offset_ / page * page, MADV_DONTNEED);
+}
+
+void File::advise_random(const TensorInfo& t) const {
+  advise(map_, map_size_, data_offset_ + t.offset, data_offset_ + t.offset + t.nbytes, MADV_RANDOM);
+}
+
 const TensorInfo* File::tensor(std::string_view name) const {
   auto it = tensor_index_.find(std::string(name));
   return it == tensor_index_.end() ? nullptr : &tensors_[it->second];

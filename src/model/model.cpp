@@ -1,5 +1,7 @@
 #include "model/model.h"
 
+#include <malloc.h>
+
 #include <fmt/format.h>
 
 #include "core/error.h"
@@ -53,11 +55,18 @@ std::unique_ptr<Model> Model::load(const std::string& path) {
   if (c.head_dim > 1024 || (c.rope_dim ? c.rope_dim : c.head_dim) > c.head_dim)
     fail("{}: head_dim {} / rope dims {} out of range", path, c.head_dim, c.rope_dim);
   m->tokenizer_ = tok::Tokenizer::from_gguf(f);
+  // The tokenizer holds its own copy; as metadata Values these arrays would stay resident all run.
+  for (const char* k : {"tokenizer.ggml.tokens", "tokenizer.ggml.merges", "tokenizer.ggml.scores",
+                        "tokenizer.ggml.token_type"})
+    m->file_->release_array(k);
+  malloc_trim(0);  // hand the freed metadata pages back to the OS instead of keeping them in malloc's arenas
+  f.drop_header_pages();
 
   Loader L{f};
   const uint64_t d = c.d_model, hd = c.head_dim, q_dim = uint64_t(c.n_heads) * hd,
                  kv_dim = uint64_t(c.n_kv_heads) * hd, ff = c.d_ff;
   m->token_embd_ = L.matrix("token_embd.weight", d, c.n_vocab);
+  if (const gguf::TensorInfo* t = f.tensor("token_embd.weight")) f.advise_random(*t);
   for (uint32_t i = 0; i < c.n_layers; ++i) {
     const std::string p = fmt::format("blk.{}.", i);
     LayerWeights w;

@@ -65,9 +65,9 @@ class TextIdMap {
 class PairMap {
  public:
   struct Value { int32_t rank, merged; };
-  void reserve(size_t n) {
+  void reserve(size_t n) {  // load factor <= 3/4: Llama 3's 280k merges take 8 MiB, not 16
     size_t cap = 16;
-    while (cap < n * 2) cap <<= 1;
+    while (cap * 3 < n * 4) cap <<= 1;
     slots_.assign(cap, Slot{~0ull, {0, 0}});
   }
   void insert(int32_t a, int32_t b, Value v) {
