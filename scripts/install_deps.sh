@@ -2,7 +2,10 @@
 # Debian 12 packages kvtax builds with (run as root). Idempotent: skips apt when everything is there.
 set -euo pipefail
 PKGS="cmake ninja-build g++ clang libclang-rt-14-dev libcli11-dev nlohmann-json3-dev libfmt-dev libgtest-dev \
-libgmock-dev libbenchmark-dev libcpp-httplib-dev nodejs npm"
+libgmock-dev libbenchmark-dev libcpp-httplib-dev"
+# Node.js only from Debian when none is installed: a machine with its own node and npm (e.g. NodeSource's, which
+# bundles npm) cannot take Debian's npm package next to it.
+if ! command -v node >/dev/null || ! command -v npm >/dev/null; then PKGS="$PKGS nodejs npm"; fi
 missing=$(dpkg-query -W -f='${Package} ${Status}\n' $PKGS 2>/dev/null | grep -v "install ok installed" | cut -d' ' -f1 || true)
 for p in $PKGS; do dpkg-query -W "$p" >/dev/null 2>&1 || missing="$missing $p"; done
 if [ -n "${missing// /}" ]; then
