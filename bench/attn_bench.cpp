@@ -19,6 +19,7 @@
 #include "core/thread_pool.h"
 #include "core/timer.h"
 #include "kv/cache.h"
+#include "read_bandwidth.h"
 
 using namespace kvtax;
 
@@ -34,39 +35,6 @@ std::vector<std::string> split(const std::string& s) {
     a = b + 1;
   }
   return out;
-}
-
-__attribute__((target("avx2"))) float sum_floats(const float* p, int64_t n) {
-  __m256 a0 = _mm256_setzero_ps(), a1 = a0, a2 = a0, a3 = a0;
-  for (int64_t i = 0; i + 32 <= n; i += 32) {
-    a0 = _mm256_add_ps(a0, _mm256_load_ps(p + i));
-    a1 = _mm256_add_ps(a1, _mm256_load_ps(p + i + 8));
-    a2 = _mm256_add_ps(a2, _mm256_load_ps(p + i + 16));
-    a3 = _mm256_add_ps(a3, _mm256_load_ps(p + i + 24));
-  }
-  float t[8];
-  _mm256_storeu_ps(t, _mm256_add_ps(_mm256_add_ps(a0, a1), _mm256_add_ps(a2, a3)));
-  return t[0] + t[7];
-}
-
-// GB/s of a plain read (sum) over 1 GiB, each thread its own contiguous part; best of 5.
-double read_bandwidth(ThreadPool& pool) {
-  const size_t n = size_t(1) << 30;
-  float* buf = static_cast<float*>(std::aligned_alloc(64, n));
-  pool.parallel_for(int64_t(n / 4), [&](int64_t b, int64_t e, int) {
-    for (int64_t i = b; i < e; ++i) buf[i] = float(i & 7);
-  });
-  double best = 0;
-  std::vector<float> sink(pool.size());
-  for (int rep = 0; rep < 5; ++rep) {
-    const double t0 = now_seconds();
-    pool.parallel_for(int64_t(n / 4 / 32), [&](int64_t b, int64_t e, int tid) {
-      sink[tid] = sum_floats(buf + b * 32, (e - b) * 32);
-    });
-    best = std::max(best, double(n) / (now_seconds() - t0) / 1e9);
-  }
-  std::free(buf);
-  return best;
 }
 
 // FMA lanes per second of all threads: 10 independent chains of 8-lane FMAs per thread, best of 3.
@@ -130,7 +98,7 @@ int main(int argc, char** argv) {
   }
   std::sort(depths.begin(), depths.end());
   ThreadPool pool(threads);
-  const double bw = read_bandwidth(pool);
+  const double bw = bench::read_bandwidth_gbs(pool);
   const double peak = simd_peak(pool);  // FMA lanes per second, all threads
   if (!json)
     std::printf("# cpu %s, %s kernels, %d threads, plain read bandwidth %.1f GB/s, FMA peak %.1f G lanes/s\n"
