@@ -45,8 +45,10 @@ struct DecF32 {
   __m256 load8(const uint8_t* r, int i) const { return _mm256_loadu_ps(reinterpret_cast<const float*>(r) + i); }
   void load16(const uint8_t* r, int i, __m256& a, __m256& b) const { a = load8(r, i); b = load8(r, i + 8); }
   float gain(const uint8_t*) const { return 1.0f; }
+  static constexpr bool kBlockScales = false;
   int nscales() const { return 1; }
   float scale(const uint8_t*, int) const { return 1.0f; }
+  __m128 scale4(const uint8_t*, int) const { return _mm_set1_ps(1.0f); }
 };
 struct DecF16 : DecF32 {
   using DecF32::DecF32;
@@ -84,8 +86,12 @@ struct DecQ8 : DecF32 {
     a = cvt_i8x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c)));
     b = cvt_i8x8(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(c + 8)));
   }
+  static constexpr bool kBlockScales = true;
   int nscales() const { return d / 32; }
   float scale(const uint8_t* r, int si) const { return ld_f16(r + 2 * si); }
+  __m128 scale4(const uint8_t* r, int si) const {
+    return _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(r + 2 * si)));
+  }
 };
 struct DecQ4 : DecQ8 {
   using DecQ8::DecQ8;
@@ -135,16 +141,23 @@ struct DecTQ3 : DecF32 {
 };
 
 
-// Issues the caller's prefetch range a few cache lines per loop step, spread over `steps` steps.
+// Issues the caller's prefetch range a few cache lines per loop step, spread over `steps` steps. The
+// pointer stops at the range's last line (re-prefetching it is harmless), so a step is a prefetch and a
+// conditional move, not a bounds-checked loop.
 struct Streamer {
   const char* p;
-  const char* end;
+  const char* last;
   int per;
-  Streamer(const Prefetch& pf, int steps)
-      : p(reinterpret_cast<const char*>(pf.p)), end(p + pf.bytes),
-        per(steps > 0 ? int((pf.bytes / 64 + size_t(steps)) / size_t(steps)) : 0) {}
+  Streamer(const Prefetch& pf, int steps) : p(reinterpret_cast<const char*>(pf.p)) {
+    const size_t lines = (pf.bytes + 63) / 64;
+    last = lines ? p + 64 * (lines - 1) : p;
+    per = steps > 0 && lines ? int((lines + size_t(steps) - 1) / size_t(steps)) : 0;
+  }
   void step() {
-    for (int j = 0; j < per && p < end; ++j, p += 64) _mm_prefetch(p, _MM_HINT_T0);
+    for (int j = 0; j < per; ++j) {
+      _mm_prefetch(p, _MM_HINT_T0);
+      p = p < last ? p + 64 : p;
+    }
   }
 };
 
@@ -296,27 +309,52 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
   Streamer pre(pf, n / TT);
   int t = 0;
   if constexpr (TT * R == 8) {
+    // Block scale products kd[t][b] * qs[r][b], formed 4 blocks at a time with vector ops and read back
+    // as broadcast loads, so the integer dot's FMA is the only float work per block and row.
+    constexpr int kChunk = 16;
+    alignas(32) float kq[TT * R * kChunk];
+    const bool vec_scales = !kTQ && nb % 4 == 0;
     for (; t + TT <= n; t += TT) {
       const uint8_t* row = k + t * stride;
       pre.step();
       __m256 a[8];
       #pragma GCC unroll 8
       for (int j = 0; j < 8; ++j) a[j] = _mm256_setzero_ps();
-      for (int b = 0; b < nb; ++b) {
-        __m256i qv[R];
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) qv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi[r] + 32 * b));
+      for (int b0 = 0; b0 < nb; b0 += kChunk) {
+        const int nbc = std::min(kChunk, nb - b0);
         #pragma GCC unroll 8
         for (int tt = 0; tt < TT; ++tt) {
           const uint8_t* rw = row + tt * stride;
-          const float kd = kTQ ? 1.0f : ld_f16(rw + 2 * b);
-          const __m256i kq = load_codes<KIND>(rw + hdr, b, lut);
-          const __m256i ax = _mm256_sign_epi8(kq, kq);
+          if (vec_scales) {
+            for (int b = 0; b < nbc; b += 4) {
+              const __m128 kd4 = _mm_cvtph_ps(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(rw + 2 * (b0 + b))));
+              #pragma GCC unroll 8
+              for (int r = 0; r < R; ++r)
+                _mm_store_ps(kq + (tt * R + r) * kChunk + b, _mm_mul_ps(kd4, _mm_loadu_ps(qs[r] + b0 + b)));
+            }
+          } else {
+            for (int b = 0; b < nbc; ++b) {
+              const float kd = kTQ ? 1.0f : ld_f16(rw + 2 * (b0 + b));
+              #pragma GCC unroll 8
+              for (int r = 0; r < R; ++r) kq[(tt * R + r) * kChunk + b] = kd * qs[r][b0 + b];
+            }
+          }
+        }
+        for (int b = 0; b < nbc; ++b) {
+          __m256i qv[R];
           #pragma GCC unroll 8
-          for (int r = 0; r < R; ++r) {
-            const __m256i sy = _mm256_sign_epi8(qv[r], kq);
-            a[tt * R + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)), _mm256_set1_ps(kd * qs[r][b]),
-                                            a[tt * R + r]);
+          for (int r = 0; r < R; ++r)
+            qv[r] = _mm256_loadu_si256(reinterpret_cast<const __m256i*>(qi[r] + 32 * (b0 + b)));
+          #pragma GCC unroll 8
+          for (int tt = 0; tt < TT; ++tt) {
+            const __m256i kq8 = load_codes<KIND>(row + tt * stride + hdr, b0 + b, lut);
+            const __m256i ax = _mm256_sign_epi8(kq8, kq8);
+            #pragma GCC unroll 8
+            for (int r = 0; r < R; ++r) {
+              const __m256i sy = _mm256_sign_epi8(qv[r], kq8);
+              a[tt * R + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)),
+                                              _mm256_broadcast_ss(kq + (tt * R + r) * kChunk + b), a[tt * R + r]);
+            }
           }
         }
       }
@@ -362,6 +400,19 @@ template <class Dec, int R, int NH, int P>
 void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d, const float* w, int ns, float* const* o,
                 Streamer& pre) {
   constexpr int W = 16 * NH;
+  // w[(t * R + r) * ns + si]: the weight of row t for output row r and scale block si.
+  auto fma_row = [&](__m256 (&acc)[R][2 * NH], int t, int i, int si) {
+    const uint8_t* row = base + t * stride;
+    __m256 v[2 * NH];
+    #pragma GCC unroll 8
+    for (int h = 0; h < NH; ++h) dec.load16(row, i + 16 * h, v[2 * h], v[2 * h + 1]);
+    #pragma GCC unroll 8
+    for (int r = 0; r < R; ++r) {
+      const __m256 wv = _mm256_broadcast_ss(&w[(t * R + r) * ns + si]);
+      #pragma GCC unroll 8
+      for (int j = 0; j < 2 * NH; ++j) acc[r][j] = _mm256_fmadd_ps(wv, v[j], acc[r][j]);
+    }
+  };
   for (int i = 0; i < d; i += W) {
     const int si = ns == 1 ? 0 : i / 32;
     __m256 a[P][R][2 * NH];
@@ -373,34 +424,14 @@ void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d
         #pragma GCC unroll 8
         for (int ps = 1; ps < P; ++ps) a[ps][r][j] = _mm256_setzero_ps();
       }
+    // Two rows per step (into P independent sets): half the loop and prefetch overhead per row.
     int t = 0;
-    for (; t + P <= m; t += P) {
+    for (; t + 2 <= m; t += 2) {
       pre.step();
-      #pragma GCC unroll 8
-      for (int ps = 0; ps < P; ++ps) {
-        const uint8_t* row = base + (t + ps) * stride;
-        __m256 v[2 * NH];
-        #pragma GCC unroll 8
-        for (int h = 0; h < NH; ++h) dec.load16(row, i + 16 * h, v[2 * h], v[2 * h + 1]);
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) {
-          const __m256 wv = _mm256_broadcast_ss(&w[(r * m + t + ps) * ns + si]);
-          #pragma GCC unroll 8
-          for (int j = 0; j < 2 * NH; ++j) a[ps][r][j] = _mm256_fmadd_ps(wv, v[j], a[ps][r][j]);
-        }
-      }
+      fma_row(a[0], t, i, si);
+      fma_row(a[P - 1], t + 1, i, si);
     }
-    for (; t < m; ++t) {
-      __m256 v[2 * NH];
-      #pragma GCC unroll 8
-      for (int h = 0; h < NH; ++h) dec.load16(base + t * stride, i + 16 * h, v[2 * h], v[2 * h + 1]);
-      #pragma GCC unroll 8
-      for (int r = 0; r < R; ++r) {
-        const __m256 wv = _mm256_broadcast_ss(&w[(r * m + t) * ns + si]);
-        #pragma GCC unroll 8
-        for (int j = 0; j < 2 * NH; ++j) a[0][r][j] = _mm256_fmadd_ps(wv, v[j], a[0][r][j]);
-      }
-    }
+    if (t < m) fma_row(a[0], t, i, si);
     #pragma GCC unroll 8
     for (int r = 0; r < R; ++r)
       #pragma GCC unroll 8
@@ -420,18 +451,31 @@ void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p,
            const Prefetch& pf) {
   const Dec dec(d);
   const int ns = dec.nscales();
-  constexpr int W = 16 * kHalves<R>, P = kSets<R>;
-  Streamer pre(pf, (d / W) * (std::min(n, 64) / P));
-  alignas(32) float w[kvtax::attn::kMaxRows * 64 * 32];
-  for (int t0 = 0; t0 < n; t0 += 64) {  // runs longer than 64 rows are split
-    const int m = std::min(64, n - t0);
+  constexpr int W = 16 * kHalves<R>;
+  constexpr int kWeights = kvtax::attn::kMaxRows * 64 * 32;
+  const int run = std::max(1, std::min(64, kWeights / (R * ns)));  // rows per pass, so w fits
+  Streamer pre(pf, (d / W) * ((std::min(n, run) + 1) / 2));
+  alignas(32) float w[kWeights];
+  for (int t0 = 0; t0 < n; t0 += run) {
+    const int m = std::min(run, n - t0);
     const uint8_t* base = v + size_t(t0) * stride;
-    for (int t = 0; t < m; ++t)
-      for (int si = 0; si < ns; ++si) {
-        const float sc = dec.scale(base + t * stride, si);
-        #pragma GCC unroll 8
-        for (int r = 0; r < R; ++r) w[(r * m + t) * ns + si] = p[r][t0 + t] * sc;
+    for (int t = 0; t < m; ++t) {
+      const uint8_t* row = base + t * stride;
+      float* wt = w + size_t(t) * R * ns;
+      if (Dec::kBlockScales && ns % 4 == 0) {  // 4 block scales per vector op
+        for (int si = 0; si < ns; si += 4) {
+          const __m128 sc = dec.scale4(row, si);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) _mm_storeu_ps(wt + r * ns + si, _mm_mul_ps(sc, _mm_set1_ps(p[r][t0 + t])));
+        }
+      } else {
+        for (int si = 0; si < ns; ++si) {
+          const float sc = dec.scale(row, si);
+          #pragma GCC unroll 8
+          for (int r = 0; r < R; ++r) wt[r * ns + si] = p[r][t0 + t] * sc;
+        }
       }
+    }
     if (kHalves<R> == 2 && d % 32 == 0)
       acc_slices<Dec, R, kHalves<R>, kSets<R>>(dec, base, stride, m, d, w, ns, o, pre);
     else
