@@ -154,11 +154,13 @@ struct Streamer {
     per = steps > 0 && lines ? int((lines + size_t(steps) - 1) / size_t(steps)) : 0;
   }
   void step() {
-    for (int j = 0; j < per; ++j) {
-      _mm_prefetch(p, _MM_HINT_T0);
-      p = p < last ? p + 64 : p;
-    }
+    for (int j = 0; j < per; ++j) one();
   }
+  void one() {
+    _mm_prefetch(p, _MM_HINT_T0);
+    p = p < last ? p + 64 : p;
+  }
+  bool active() const { return per > 0 && p < last; }
 };
 
 // ---- float K path
@@ -401,7 +403,7 @@ void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d
                 Streamer& pre) {
   constexpr int W = 16 * NH;
   // w[(t * R + r) * ns + si]: the weight of row t for output row r and scale block si.
-  auto fma_row = [&](__m256 (&acc)[R][2 * NH], int t, int i, int si) {
+  auto fma_row = [&](__m256 (&acc)[R][2 * NH], int t, int i, int si) __attribute__((always_inline)) {
     const uint8_t* row = base + t * stride;
     __m256 v[2 * NH];
     #pragma GCC unroll 8
@@ -424,10 +426,12 @@ void acc_slices(const Dec& dec, const uint8_t* base, size_t stride, int m, int d
         #pragma GCC unroll 8
         for (int ps = 1; ps < P; ++ps) a[ps][r][j] = _mm256_setzero_ps();
       }
-    // Two rows per step (into P independent sets): half the loop and prefetch overhead per row.
+    // Two rows per step (into P independent sets): half the loop overhead per row. One prefetch per
+    // step until the range is covered; later slices skip it.
+    const bool pf_on = pre.active();
     int t = 0;
     for (; t + 2 <= m; t += 2) {
-      pre.step();
+      if (pf_on) pre.one();
       fma_row(a[0], t, i, si);
       fma_row(a[P - 1], t + 1, i, si);
     }
@@ -451,10 +455,9 @@ void acc_v(const uint8_t* v, size_t stride, int n, int d, const float* const* p,
            const Prefetch& pf) {
   const Dec dec(d);
   const int ns = dec.nscales();
-  constexpr int W = 16 * kHalves<R>;
   constexpr int kWeights = kvtax::attn::kMaxRows * 64 * 32;
   const int run = std::max(1, std::min(64, kWeights / (R * ns)));  // rows per pass, so w fits
-  Streamer pre(pf, (d / W) * ((std::min(n, run) + 1) / 2));
+  Streamer pre(pf, 1);  // acc_slices issues one line per two rows until the range is covered
   alignas(32) float w[kWeights];
   for (int t0 = 0; t0 < n; t0 += run) {
     const int m = std::min(run, n - t0);
