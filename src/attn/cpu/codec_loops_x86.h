@@ -325,7 +325,7 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
       for (int b0 = 0; b0 < nb; b0 += kChunk) {
         const int nbc = std::min(kChunk, nb - b0);
         #pragma GCC unroll 8
-        for (int tt = 0; tt < TT; ++tt) {
+        for (int tt = 0; tt < TT && !kTQ; ++tt) {  // tq4 has no block scales: its q scales are used as they are
           const uint8_t* rw = row + tt * stride;
           if (vec_scales) {
             for (int b = 0; b < nbc; b += 4) {
@@ -336,7 +336,7 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
             }
           } else {
             for (int b = 0; b < nbc; ++b) {
-              const float kd = kTQ ? 1.0f : ld_f16(rw + 2 * (b0 + b));
+              const float kd = ld_f16(rw + 2 * (b0 + b));
               #pragma GCC unroll 8
               for (int r = 0; r < R; ++r) kq[(tt * R + r) * kChunk + b] = kd * qs[r][b0 + b];
             }
@@ -354,8 +354,8 @@ void dot_q(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
             #pragma GCC unroll 8
             for (int r = 0; r < R; ++r) {
               const __m256i sy = _mm256_sign_epi8(qv[r], kq8);
-              a[tt * R + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)),
-                                              _mm256_broadcast_ss(kq + (tt * R + r) * kChunk + b), a[tt * R + r]);
+              const float* sc = kTQ ? qs[r] + b0 + b : kq + (tt * R + r) * kChunk + b;
+              a[tt * R + r] = _mm256_fmadd_ps(_mm256_cvtepi32_ps(dot_i8(ax, sy)), _mm256_broadcast_ss(sc), a[tt * R + r]);
             }
           }
         }
