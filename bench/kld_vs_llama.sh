@@ -83,7 +83,10 @@ run_all() {
         for try in 1 2 3; do
           echo "llama-perplexity $name ctx $c: $t (try $try)" >&2
           "$PPL" -m "$m" -c "$c" -b "$c" --chunks "$CHUNKS" -t "$THREADS" -fa on -ctk "$t" -ctv "$t" \
-            --kl-divergence-base "$base" --kl-divergence >"$WORK/kld.log" 2>&1 || { tail -5 "$WORK/kld.log" >&2; exit 1; }
+            --kl-divergence-base "$base" --kl-divergence --log-file "$WORK/kld.file.log" >"$WORK/kld.log" 2>&1 ||
+            { tail -5 "$WORK/kld.log" >&2; exit 1; }
+          # The --log-file copy is written synchronously and keeps the closing statistics more often.
+          cat "$WORK/kld.file.log" >>"$WORK/kld.log"
           mean=$(awk '/^Mean +KLD:/ { print $3; exit }' "$WORK/kld.log")
           err=$(awk '/^Mean +KLD:/ { print $5; exit }' "$WORK/kld.log")
           top=$(awk '/^Same top p:/ { print $4; exit }' "$WORK/kld.log")
