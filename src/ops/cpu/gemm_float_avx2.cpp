@@ -47,13 +47,38 @@ void convert(GgmlType t, const uint8_t* row, int64_t k0, int64_t kc, float* out)
   }
 }
 
-// Panels of nr rows (a multiple of 16) for columns [k0, k0 + kc): panel p is [kc][16] floats.
+// Transposes the 8x8 block at in[i][j] (row stride ld) into out[j][i] (row stride ldo).
+inline void transpose8(const float* in, int64_t ld, float* out, int64_t ldo) {
+  __m256 r[8], t[8];
+  for (int i = 0; i < 8; ++i) r[i] = _mm256_loadu_ps(in + i * ld);
+  for (int i = 0; i < 8; i += 2) {
+    t[i] = _mm256_unpacklo_ps(r[i], r[i + 1]);
+    t[i + 1] = _mm256_unpackhi_ps(r[i], r[i + 1]);
+  }
+  for (int i = 0; i < 8; i += 4) {
+    r[i] = _mm256_shuffle_ps(t[i], t[i + 2], 0x44);
+    r[i + 1] = _mm256_shuffle_ps(t[i], t[i + 2], 0xEE);
+    r[i + 2] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0x44);
+    r[i + 3] = _mm256_shuffle_ps(t[i + 1], t[i + 3], 0xEE);
+  }
+  for (int i = 0; i < 4; ++i) {
+    _mm256_storeu_ps(out + i * ldo, _mm256_permute2f128_ps(r[i], r[i + 4], 0x20));
+    _mm256_storeu_ps(out + (i + 4) * ldo, _mm256_permute2f128_ps(r[i], r[i + 4], 0x31));
+  }
+}
+
+// Panels of nr rows (a multiple of 16) for columns [k0, k0 + kc): panel p is [kc][16] floats. Rows are
+// converted 8 at a time and written in 8x8 transposed blocks (scalar scatter stores cost as much as the
+// tiles' arithmetic).
 void pack(GgmlType t, const uint8_t* w, size_t w_stride, int64_t nr, int64_t k0, int64_t kc, float* bp) {
-  alignas(32) float tmp[kKC];
-  for (int64_t r = 0; r < nr; ++r) {
-    convert(t, w + size_t(r) * w_stride, k0, kc, tmp);
-    float* dst = bp + (r / kNR) * kc * kNR + (r % kNR);
-    for (int64_t k = 0; k < kc; ++k) dst[k * kNR] = tmp[k];
+  alignas(32) float tmp[8 * kKC];
+  const int64_t kc8 = kc / 8 * 8;
+  for (int64_t r0 = 0; r0 < nr; r0 += 8) {
+    for (int i = 0; i < 8; ++i) convert(t, w + size_t(r0 + i) * w_stride, k0, kc, tmp + i * kKC);
+    float* dst = bp + (r0 / kNR) * kc * kNR + (r0 % kNR);
+    for (int64_t k = 0; k < kc8; k += 8) transpose8(tmp + k, kKC, dst + k * kNR, kNR);
+    for (int64_t k = kc8; k < kc; ++k)
+      for (int i = 0; i < 8; ++i) dst[k * kNR + i] = tmp[i * kKC + k];
   }
 }
 
