@@ -69,7 +69,9 @@ def make_code(r):
 class Generator:
     def __init__(self, seed, stage=2):
         """stage 1: the first training chunk (no pair merges, answers are the bare codes, no copy drills);
-        stage 2: the second (pair merges, answers restate the name: " Aurora: QX-4471")."""
+        stage 2: the second (pair merges, answers restate the name: " Aurora: QX-4471");
+        stage 3: the fine-tune of the shipped model (stage 2's tokenizer; all-facts questions in follow-up
+        turns too, mostly in context order; a quarter of the rows place the facts early, as the harness does)."""
         self.seed = seed
         self.stage = stage
         self.tok = Tokenizer(W.template_words(), pairs=stage >= 2)
@@ -121,7 +123,7 @@ class Generator:
         return [IM_START] + self.user + q_ids + [IM_END] + self.nl + [IM_START] + self.assistant, a_ids + [IM_END] + self.nl
 
     def example(self, r, L, dense, allq_rate, heldout=False, n_facts=None, fmt=None, style=None, repeat=None,
-                n_turns=None, depth=None, force_all=False, q_index=None, drill=0.0):
+                n_turns=None, depth=None, force_all=False, q_index=None, drill=0.0, follow_all=0.0):
         """(ids of length L+1, answer mask, facts, first question text kind). The row's first question follows
         the context in the user message, as the harness asks it."""
         tok = self.tok
@@ -129,9 +131,9 @@ class Generator:
             n_facts = (r.randrange(8, max(9, min(41, L // 40))) if dense
                        else r.choice([1, 2, 3, 4, 5, 5, 5, 6, 7, 8, 10, 12]))
         names = r.sample(W.NAMES, n_facts)
-        codes = set()
+        codes = {}  # distinct codes in draw order (a set's order would follow the per-process string hash)
         while len(codes) < n_facts:
-            codes.add(make_code(r))
+            codes[make_code(r)] = None
         codes = list(codes)
         facts = list(zip(names, codes))
         fmts = HELDOUT_FACTS if heldout else FACT_FORMATS
@@ -150,20 +152,15 @@ class Generator:
         turns = []  # (question ids, answer ids)
         first_all = force_all or (r.random() < allq_rate and n_facts > 1)
         if first_all:
-            k = n_facts if force_all else r.randrange(2, min(n_facts, 10) + 1)
-            if force_all or (k == n_facts and r.random() < 0.5):
-                asked = list(range(n_facts))  # in context order, like the harness
-            else:
-                asked = r.sample(range(n_facts), k)
-            q = all_question([names[i] for i in asked])
-            a = (",".join(f" {names[i]}: {codes[i]}" for i in asked) if self.stage >= 2
-                 else ", ".join(codes[i] for i in asked))
-            turns.append((q, a))
+            turns.append(self._all_turn(r, names, codes, force_all))
         if n_turns is None:
             n_turns = r.randrange(2, 9) if not dense else r.randrange(8, 25)
         order = list(range(n_facts))
         r.shuffle(order)
         while len(turns) < n_turns:
+            if self.stage >= 3 and n_facts > 1 and r.random() < follow_all:
+                turns.append(self._all_turn(r, names, codes, False))
+                continue
             i = order[len(turns) % n_facts]
             qf = q_index if q_index is not None else r.choices(range(len(QUESTIONS)), QUESTION_WEIGHTS)[0]
             turns.append((QUESTIONS[qf].format(n=names[i]),
@@ -230,6 +227,10 @@ class Generator:
             pos = [min(nb - 1, int(round(nb * d))) if nb else 0 for d in depth]
         elif dense:
             pos = sorted(r.randrange(0, max(1, nb)) for _ in facts)
+        elif self.stage >= 3 and r.random() < 0.25:
+            # the harness's default placement: every fact in the first few paragraphs, the question far away
+            top = max(1, int(nb * r.uniform(0.03, 0.2)))
+            pos = sorted(r.randrange(0, min(top, max(1, nb))) for _ in facts)
         else:
             span = r.random()
             lo = r.random() * (1 - span)
@@ -271,31 +272,72 @@ class Generator:
         assert len(ids) == L + 1, (len(ids), L)
         return ids, mask, facts, turns
 
+    def _all_turn(self, r, names, codes, force_all):
+        """An all-facts question turn: (question text, answer text). Stage 3 asks mostly for every fact in
+        context order, as the harness does, and sometimes for all or some of them in another order; the answer
+        walks the question's list, restating each name, so every step is a single-fact lookup."""
+        n = len(names)
+        if self.stage >= 3:
+            u = 0.0 if force_all else r.random()
+            if u < 0.6:
+                asked = list(range(n))
+            elif u < 0.8:
+                asked = r.sample(range(n), n)
+            else:
+                asked = r.sample(range(n), r.randrange(2, min(n, 10) + 1))
+        else:
+            k = n if force_all else r.randrange(2, min(n, 10) + 1)
+            if force_all or (k == n and r.random() < 0.5):
+                asked = list(range(n))  # in context order, like the harness
+            else:
+                asked = r.sample(range(n), k)
+        q = all_question([names[i] for i in asked])
+        a = (",".join(f" {names[i]}: {codes[i]}" for i in asked) if self.stage >= 2
+             else ", ".join(codes[i] for i in asked))
+        return q, a
+
     def _bare(self, ids_with_space):
         text = self.tok.decode(ids_with_space.tolist())
         return np.array(self.tok.encode_plain(text[1:] if text.startswith(" ") else text), np.int32)
 
-    def batch(self, step, L, rows, dense_rate, allq_rate, drill=0.0):
+    def batch(self, step, L, rows, dense_rate, allq_rate, drill=0.0, follow_all=0.0):
         r = random.Random((self.seed << 32) ^ (step * 2654435761 % (1 << 31)))
         X = np.zeros((rows, L + 1), np.int32)
         M = np.zeros((rows, L + 1), np.int8)
         for i in range(rows):
             while True:
-                ex = self.example(r, L, r.random() < dense_rate, allq_rate, drill=drill)
+                ex = self.example(r, L, r.random() < dense_rate, allq_rate, drill=drill, follow_all=follow_all)
                 if ex is not None:
                     break
             X[i], M[i] = ex[0], ex[1]
         return X, M
 
-    def harness_prompt(self, r, L, facts_n=5, question="binding", heldout=False, style="facilities", repeat=True):
-        """A prompt as the harness builds it (facts early or spread, one question, no answer), cut to about L
-        tokens. Returns (ids, expected answer codes list, asked indices)."""
+    def harness_prompt(self, r, L, facts_n=5, question="binding", heldout=False, style="facilities", repeat=True,
+                       placement="spread"):
+        """A prompt as the harness builds it (facts spread evenly, or "early": one every ~300 tokens from the
+        start, like the harness's default), one question, no answer, cut to about L tokens.
+        Returns (ids, expected answer text, facts)."""
+        if placement == "early":
+            depth = [min(0.95, 300 * (i + 1) / L) for i in range(facts_n)]
+        else:
+            depth = [(i + 1) / (facts_n + 1) for i in range(facts_n)]
         ex = None
         while ex is None:
             ex = self.example(r, L + 80, False, 0.0, heldout=heldout, force_all=(question == "all"),
                               n_facts=facts_n, fmt=(0 if not heldout else None), style=style, repeat=repeat,
-                              n_turns=1, q_index=0, depth=[(i + 1) / (facts_n + 1) for i in range(facts_n)])
+                              n_turns=1, q_index=0, depth=depth)
         ids, mask, facts, turns = ex
         # cut after the assistant header of the first turn: the answer starts at the first masked token
         first_ans = int(np.argmax(mask))
         return ids[:first_ans], turns[0][1], facts
+
+
+def stage3_mix(k, chunk):
+    """Stage 3's schedule for local step k of a chunk planned at `chunk` steps: (row length, share of dense
+    rows, share of all-facts first questions, share of rows with a copy drill, chance that a follow-up turn is
+    an all-facts question). Short rows first, then a cycle with 40% of the tokens in 8k-16k rows."""
+    if k < 0.15 * chunk:
+        L = [512, 1024, 2048, 4096][k % 4]
+    else:
+        L = [512, 1024, 2048, 4096, 8192, 16384, 2048, 8192, 16384, 1024][k % 10]
+    return L, 0.1, 0.6, 0.4, 0.35

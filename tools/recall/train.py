@@ -1,6 +1,6 @@
 """Train the recall model (runs on the lent GPU machine only).
 
-  python3 tools/recall/train.py --out DIR [--resume RAW] --seconds 450 --total-steps 16000
+  python3 tools/recall/train.py --out DIR [--resume RAW | --init-gguf GGUF] --seconds 450 --total-steps 16000
 
 Saves DIR/model.raw (weights + config + tokenizer, the layout in tools/recall/README.md; also the resume
 checkpoint: the optimizer restarts with a short warm-up), DIR/log.jsonl (loss, exact greedy recall), and with
@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from data import Generator  # noqa: E402
+from data import Generator, stage3_mix  # noqa: E402
+from gguf_weights import check_tensors, check_tokenizer, config_of, read_gguf  # noqa: E402
 from kvtok import IM_END  # noqa: E402
 from model import Cfg, Model  # noqa: E402
 
@@ -57,8 +58,11 @@ class Batches(torch.utils.data.IterableDataset):
         gen = Generator(self.seed, self.stage)
         step = self.start + wid
         while True:
-            L, dense, allq, drill = schedule(step, self.total, self.start, self.chunk)
-            X, M = gen.batch(step, L, TOKENS_PER_STEP // L, dense, allq, drill)
+            if self.stage >= 3:
+                L, dense, allq, drill, follow_all = stage3_mix(step - self.start, self.chunk)
+            else:
+                (L, dense, allq, drill), follow_all = schedule(step, self.total, self.start, self.chunk), 0.0
+            X, M = gen.batch(step, L, TOKENS_PER_STEP // L, dense, allq, drill, follow_all)
             yield step, torch.from_numpy(X).long(), torch.from_numpy(M)
             step += nw
 
@@ -102,6 +106,29 @@ def load_raw(path, model):
     return h["step"]
 
 
+def load_gguf(path, model, tok):
+    """Start from a GGUF written by `kvtax import-recall` (the shipped model): its architecture, tokenizer
+    (same tokens and merges in the same order as `tok`) and tensor shapes must match, or this fails."""
+    meta, tensors = read_gguf(path)
+    cfg = config_of(meta)
+    c = model.c
+    for k in ("vocab", "d", "layers", "heads", "kv_heads", "head_dim", "ffn"):
+        if cfg[k] != getattr(c, k):
+            sys.exit(f"--init-gguf {path}: {k} is {cfg[k]} there, {getattr(c, k)} in model.py's config")
+    for k in ("theta", "eps"):
+        if abs(cfg[k] - getattr(c, k)) > 1e-6 * abs(getattr(c, k)):
+            sys.exit(f"--init-gguf {path}: {k} is {cfg[k]} there, {getattr(c, k)} in model.py's config")
+    check_tokenizer(meta, tok)
+    check_tensors(tensors, cfg)
+    with torch.no_grad():
+        for name, t in model.gguf_tensors():
+            src = torch.from_numpy(tensors[name])
+            if tuple(src.shape) != tuple(t.shape):
+                sys.exit(f"--init-gguf {path}: '{name}' is {tuple(src.shape)}, model.py has {tuple(t.shape)}")
+            t.copy_(src)
+    return int(meta.get("kvtax.recall.train_step", 0))
+
+
 @torch.no_grad()
 def greedy(model, prompts, max_new):
     x = torch.tensor(np.stack(prompts), dtype=torch.long, device="cuda")
@@ -122,14 +149,14 @@ def greedy(model, prompts, max_new):
     return outs
 
 
-def evaluate(model, gen, L, n, kind="binding", heldout=False, seed=12345):
+def evaluate(model, gen, L, n, kind="binding", heldout=False, seed=12345, placement="spread"):
     """Exact greedy recall on harness-style prompts of about L tokens (5 facts, repeated paragraph filler or
     the held-out style). binding: share of answers equal to the asked code; all: mean codes found of 5."""
     r = random.Random(seed + L)
     prompts, want, facts = [], [], []
     for _ in range(n):
         ids, ans, fs = gen.harness_prompt(r, L, 5, "all" if kind == "all" else "binding", heldout=heldout,
-                                          style="facilities", repeat=True)
+                                          style="facilities", repeat=True, placement=placement)
         prompts.append(ids)
         want.append(ans)
         facts.append(fs)
@@ -153,6 +180,7 @@ def main():
     ap = argparse.ArgumentParser()
     ap.add_argument("--out", required=True)
     ap.add_argument("--resume", default="")
+    ap.add_argument("--init-gguf", default="", help="start from the weights of a GGUF made by kvtax import-recall")
     ap.add_argument("--seconds", type=float, default=450)
     ap.add_argument("--total-steps", type=int, default=16000)
     ap.add_argument("--lr", type=float, default=2e-3)
@@ -160,7 +188,7 @@ def main():
     ap.add_argument("--ctx-weight", type=float, default=0.5)
     ap.add_argument("--seed", type=int, default=1)
     ap.add_argument("--chunk-steps", type=int, default=0)
-    ap.add_argument("--stage", type=int, default=2, choices=[1, 2])
+    ap.add_argument("--stage", type=int, default=2, choices=[1, 2, 3])
     ap.add_argument("--stop-step", type=int, default=0, help="stop after this global step (0: by --seconds)")
     ap.add_argument("--workers", type=int, default=14)
     ap.add_argument("--eval-every", type=float, default=60)
@@ -183,8 +211,12 @@ def main():
     cfg = Cfg(gen.tok.n_vocab)
     model = Model(cfg).cuda()
     start = 0
+    if a.resume and a.init_gguf:
+        sys.exit("--resume and --init-gguf exclude each other")
     if a.resume:
         start = load_raw(a.resume, model)
+    if a.init_gguf:
+        start = load_gguf(a.init_gguf, model, gen.tok)
     n_params = sum(p.numel() for p in model.parameters())
     emit({"vocab": cfg.vocab, "params": n_params, "start_step": start})
     if a.vectors:
@@ -203,7 +235,11 @@ def main():
     tok_count, step, ema = 0, start, {}
     local = 0
     for step, X, M in loader:
-        lr = a.lr * min(1.0, (local + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, step / a.total_steps))))
+        if a.stage >= 3:  # cosine over the chunk, by steps or by time, whichever runs out first
+            prog = max(local / max(1, a.chunk_steps), (time.time() - t_train) / a.seconds)
+        else:
+            prog = step / a.total_steps
+        lr = a.lr * min(1.0, (local + 1) / a.warmup) * (0.1 + 0.9 * 0.5 * (1 + math.cos(math.pi * min(1.0, prog))))
         for g in opt.param_groups:
             g["lr"] = lr
         X = X.cuda(non_blocking=True)
@@ -231,6 +267,8 @@ def main():
             for L in (1024, 2048, 4096):
                 res["eval"][f"bind{L}"] = evaluate(model, gen, L, 32)[0]
             res["eval"]["all2048"] = evaluate(model, gen, 2048, 16, "all")[0]
+            if a.stage >= 3:
+                res["eval"]["bind16384"] = evaluate(model, gen, 16384, 8)[0]
             emit(res)
             save_raw(os.path.join(a.out, "model.raw"), model, cfg, gen.tok, step + 1)
             last_eval = time.time()
@@ -245,6 +283,12 @@ def main():
         res["final"][f"bind{L}"] = s
         res["final"][f"sample{L}"] = [texts, want]
         res["final"][f"all{L}"] = evaluate(model, gen, L, 8 if L > 8192 else 16, "all")[0]
+    if a.stage >= 3:  # the harness's default placement: facts in the first paragraphs
+        for L in (2048, 16384):
+            res["final"][f"early_bind{L}"] = evaluate(model, gen, L, 16, placement="early")[0]
+            s, texts, want = evaluate(model, gen, L, 8, "all", placement="early")
+            res["final"][f"early_all{L}"] = s
+            res["final"][f"early_all_sample{L}"] = [texts, want]
     res["final"]["heldout_bind2048"] = evaluate(model, gen, 2048, 32, heldout=True)[0]
     res["final"]["heldout_all2048"] = evaluate(model, gen, 2048, 16, "all", heldout=True)[0]
     emit(res)
