@@ -1,5 +1,5 @@
 #pragma once
-// Prefill products for f32/f16/bf16 (and Q8_0) weights as a packed GEMM. Each block of weight rows is converted to
+// Prefill products for f32/f16/bf16 weights as a packed GEMM. Each block of weight rows is converted to
 // f32 and transposed once per k-chunk into panels of 16 rows; a 6-token x 16-row register tile then
 // needs 2 panel loads and 6 broadcast activations per 12 FMAs. (The dot-product tiles of dot_x86.inc
 // convert every weight vector again for each group of 4 tokens and load 6 vectors per 8 FMAs.)

@@ -4,7 +4,6 @@
 #include <cstring>
 #include <vector>
 
-#include "ggml/blocks.h"
 #include "ops/cpu/gemm_float.h"
 
 namespace kvtax::mm {
@@ -27,16 +26,6 @@ void convert(GgmlType t, const uint8_t* row, int64_t k0, int64_t kc, float* out)
     case GgmlType::F16:
       for (int64_t k = 0; k < kc; k += 8)
         _mm256_storeu_ps(out + k, _mm256_cvtph_ps(_mm_loadu_si128(reinterpret_cast<const __m128i*>(row + 2 * (k0 + k)))));
-      break;
-    case GgmlType::Q8_0:  // k0 and kc are multiples of the 32-value block
-      for (int64_t k = 0; k < kc; k += 32) {
-        const auto* b = reinterpret_cast<const BlockQ8_0*>(row) + (k0 + k) / 32;
-        const __m256 d = _mm256_set1_ps(_cvtsh_ss(b->d));
-        for (int j = 0; j < 32; j += 8) {
-          const __m256i q = _mm256_cvtepi8_epi32(_mm_loadl_epi64(reinterpret_cast<const __m128i*>(b->qs + j)));
-          _mm256_storeu_ps(out + k + j, _mm256_mul_ps(d, _mm256_cvtepi32_ps(q)));
-        }
-      }
       break;
     default:  // BF16: the high half of an f32
       for (int64_t k = 0; k < kc; k += 8) {
@@ -114,9 +103,6 @@ constexpr TileFn kTiles[kMR] = {tile<1>, tile<2>, tile<3>, tile<4>, tile<5>, til
 
 bool gemm_float_applies(GgmlType t, int64_t rows, int64_t cols, int64_t n_tokens) {
   const bool float_type = t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16;
-  // Q8_0 too: dequantized into the panels once per k-chunk, it runs at the f32 tile's rate (the integer
-  // dot tiles re-decode each block for every 4 tokens) and keeps the activations in f32.
-  if (t == GgmlType::Q8_0) return rows % kNR == 0 && cols % 32 == 0 && n_tokens >= 8;
   return float_type && rows % kNR == 0 && cols % 8 == 0 && n_tokens >= 8;
 }
 

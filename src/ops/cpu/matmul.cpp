@@ -98,11 +98,7 @@ void matmul_at(SimdLevel level, const Weight& w, const float* x, int64_t n_token
   const mm::TileFn tile = tile_fn(k, w.type);
   const size_t w_stride = ggml_row_bytes(w.type, uint64_t(w.cols));
 
-  const bool packed_gemm = level >= SimdLevel::avx2 && mm::gemm_float_applies(w.type, w.rows, w.cols, n_tokens);
-  // Q8_0 through the packed GEMM: activations are still rounded to Q8_0 (and back to f32), so the
-  // products are the ones llama.cpp's integer dots form, only summed in f32.
-  const bool q8_gemm = packed_gemm && w.type == GgmlType::Q8_0;
-  const mm::Act kind = packed_gemm && !q8_gemm ? mm::Act::f32 : act_kind(w.type);
+  const mm::Act kind = act_kind(w.type);
   const uint8_t* act = reinterpret_cast<const uint8_t*>(x);
   size_t act_stride = size_t(w.cols) * sizeof(float);
   if (kind != mm::Act::f32) {
@@ -120,16 +116,10 @@ void matmul_at(SimdLevel level, const Weight& w, const float* x, int64_t n_token
       for (int64_t t = 0; t < n_tokens; ++t) quant(x + t * w.cols, buf + size_t(t) * act_stride, w.cols);
     }
     act = buf;
-    if (q8_gemm) {
-      thread_local std::vector<float> rounded;
-      if (rounded.size() < size_t(n_tokens * w.cols)) rounded.resize(size_t(n_tokens * w.cols));
-      for (int64_t t = 0; t < n_tokens; ++t)
-        dequantize_row(GgmlType::Q8_0, buf + size_t(t) * act_stride, rounded.data() + t * w.cols, w.cols);
-      x = rounded.data();
-    }
   }
 
   const GgmlType act_type = kind == mm::Act::f32 ? GgmlType::F32 : kind == mm::Act::q8_0 ? GgmlType::Q8_0 : GgmlType::Q8_K;
+  const bool packed_gemm = level >= SimdLevel::avx2 && mm::gemm_float_applies(w.type, w.rows, w.cols, n_tokens);
   auto run_rows = [&](int64_t r0, int64_t r1) {
     if (packed_gemm) {
       mm::gemm_float_avx2(w.type, w.data, w_stride, r0, r1, w.cols, x, n_tokens, y, w.rows);
