@@ -145,6 +145,17 @@ void bench_gemv(double copy_gbs, std::vector<Row>& rows) {
                       100.0 * gbs / copy_gbs});
       std::fprintf(stderr, "gemv %-5s %6ldx%-6ld: %7.2f us %7.0f GB/s\n", std::string(ggml_type_name(t)).c_str(),
                    long(s.rows), long(s.cols), ms * 1e3, gbs);
+      if (t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K) {
+        for (int rpw : {1, 2, 4}) {  // rows per warp of the quantized kernels (the default picks by shape)
+          cuda::set_gemv_rows_per_warp(rpw);
+          const double rms = time_calls(
+              [&](int i) { cuda::gemv(*ws[i % copies], xd.as<float>(), y.as<float>(), scratch.get()); }, 50);
+          const double rg = bytes / (rms * 1e-3) / 1e9;
+          rows.push_back({fmt::format("gemv-r{}", rpw), std::string(ggml_type_name(t)), s.rows * 100000 + s.cols,
+                          rms * 1e3, bytes, rg, 100.0 * rg / copy_gbs});
+        }
+        cuda::set_gemv_rows_per_warp(0);
+      }
 #if KVTAX_HAVE_CUBLAS
       if (blas && (t == GgmlType::F16 || t == GgmlType::BF16)) {
         // cuBLAS on the same weights (x converted to the weight type: GemmEx needs equal A/B types).

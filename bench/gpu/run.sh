@@ -1,8 +1,14 @@
 #!/usr/bin/env bash
-# One call on the GPU machine: build the CUDA tests and benchmark (or take prebuilt ones from
-# $KVTAX_GPU_BIN), check every kernel against the CPU reference, time them, time torch's SDPA at the
-# same shape, and print the tables. Results go to the folder given as $1 (default $OUT, else
-# bench/gpu/out): nvidia_smi.txt, tests.txt, bench.txt, kernels.jsonl, torch.txt, torch.jsonl.
+# One call on the GPU machine: build the CUDA tests and benchmarks (or take prebuilt ones from
+# $KVTAX_GPU_BIN), check every kernel and the whole model against the CPU reference, then
+#   part a: decode attention and GEMV alone (kvtax_gpu_bench) and torch's SDPA at the same shape;
+#   part b: the whole decode step of a 32-layer llama3-8b-shaped model generated here with
+#           `kvtax make-model` (BF16 and Q4_K weights) at 2k-128k KV depth per codec, vs the roofline
+#           (kvtax_gpu_decode_bench).
+# Results go to the folder given as $1 (default $OUT, else bench/gpu/out): nvidia_smi.txt, tests.txt,
+# bench.txt, kernels.jsonl, torch.txt, torch.jsonl, decode_step.txt, decode_step.jsonl.
+# KVTAX_GPU_PARTS="a b" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
+# make-model (default: the shared fixtures); KVTAX_GPU_LAYERS (default 32) and KVTAX_GPU_DEPTHS the size of b.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${OUT:-$here/out}}
@@ -12,9 +18,10 @@ bin=${KVTAX_GPU_BIN:-}
 if [ -z "$bin" ]; then
   root=$(cd "$here/../.." && pwd)
   cmake -S "$root" -B "$root/build/cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTAX_CUDA=ON
-  cmake --build "$root/build/cuda" -j"$(nproc)" --target kvtax_cuda_tests kvtax_gpu_bench
+  cmake --build "$root/build/cuda" -j"$(nproc)" --target kvtax_cuda_tests kvtax_gpu_bench kvtax_gpu_decode_bench kvtax
   mkdir -p "$root/build/cuda/gpu-bin"
-  cp "$root/build/cuda/tests/kvtax_cuda_tests" "$root/build/cuda/bench/kvtax_gpu_bench" "$root/build/cuda/gpu-bin/"
+  cp "$root/build/cuda/tests/kvtax_cuda_tests" "$root/build/cuda/bench/kvtax_gpu_bench" \
+     "$root/build/cuda/bench/kvtax_gpu_decode_bench" "$root/build/cuda/kvtax" "$root/build/cuda/gpu-bin/"
   bin=$root/build/cuda/gpu-bin
 fi
 bin=$(cd "$bin" && pwd)
@@ -32,15 +39,37 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv | tee "$out/nvidia_smi.txt"
 echo "== correctness (CUDA kernels vs CPU/float64 references)"
-"$bin/kvtax_cuda_tests" 2>&1 | tee "$out/tests.txt" | grep -E "^\[  (PASSED|FAILED|  OK|SKIPPED) |FAILED|Failure|error" || true
+"$bin/kvtax_cuda_tests" 2>&1 | tee "$out/tests.txt" | grep -E "^\[  (PASSED|FAILED|  OK|SKIPPED) |FAILED|Failure|error|cuda-model" || true
 grep -q "^\[  FAILED  \]" "$out/tests.txt" && echo "CUDA TESTS FAILED"
-echo "== kernels"
-if [ -n "$bench" ]; then
-"$bench" --json "$out/kernels.jsonl" 2>"$out/bench_progress.txt" | tee "$out/bench.txt"
-fi
-copy=$(grep -o 'copy: [0-9]*' "$out/bench.txt" 2>/dev/null | grep -o '[0-9]*' || echo 0)
-echo "== attention with a 2-wave grid"
-[ -n "$bench" ] && "$bench" --no-gemv --codecs f16,fp8,q4r,tq3 --depths 32768,131072 --waves 2 2>>"$out/bench_progress.txt" \
-  | tee "$out/bench_waves2.txt"
-echo "== torch baselines (bf16 K/V)"
-PYTHONUNBUFFERED=1 python3 "$here/sdpa.py" --copy-gbs "$copy" --json "$out/torch.jsonl" 2>&1 | tee "$out/torch.txt"
+part_a() {
+  echo "== part a: kernels"
+  if [ -n "$bench" ]; then
+    "$bench" --json "$out/kernels.jsonl" 2>"$out/bench_progress.txt" | tee "$out/bench.txt" || echo "kernel bench FAILED"
+  fi
+  copy=$(grep -o 'copy: [0-9]*' "$out/bench.txt" 2>/dev/null | grep -o '[0-9]*' || echo 0)
+  if [ "${KVTAX_GPU_TORCH:-1}" != 0 ]; then
+    echo "== torch baselines (bf16 K/V)"
+    PYTHONUNBUFFERED=1 python3 "$here/sdpa.py" --copy-gbs "$copy" --json "$out/torch.jsonl" 2>&1 | tee "$out/torch.txt" ||
+      echo "torch baseline FAILED"
+  fi
+}
+
+part_b() {
+  echo "== part b: whole decode step, llama3-8b shape"
+  local tmp=${TMPDIR:-/tmp}/kvtax-gpu-models vocab=() type m t0
+  mkdir -p "$tmp"
+  [ -n "${KVTAX_GPU_VOCAB:-}" ] && vocab=(--vocab "$KVTAX_GPU_VOCAB")
+  for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
+    m=$tmp/llama3-8b-$type.gguf
+    t0=$(date +%s)
+    timeout "${KVTAX_GPU_MAKE_TIMEOUT:-300}" "$bin/kvtax" make-model --arch llama3-8b --layers "${KVTAX_GPU_LAYERS:-32}" \
+      --type "$type" "${vocab[@]}" -o "$m" > "$out/make_model_$type.txt" 2>&1 || { cat "$out/make_model_$type.txt"; continue; }
+    echo "make-model $type: $(( $(date +%s) - t0 )) s, $(du -h "$m" | cut -f1)"
+    "$bin/kvtax_gpu_decode_bench" -m "$m" --label "$type" --json "$out/decode_step.jsonl" \
+      --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
+      echo "decode bench FAILED ($type)"
+    rm -f "$m"
+  done
+}
+
+for part in ${KVTAX_GPU_PARTS:-a b}; do "part_$part"; done

@@ -6,6 +6,7 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#include "engine/device.h"
 #include "engine/local_runner.h"
 #include "harness/http_runner.h"
 #include "harness/sweep_cli.h"
@@ -15,7 +16,7 @@ namespace kvtax::cli {
 namespace {
 
 struct BenchArgs {
-  std::string model, endpoint, tokenizer;
+  std::string model, endpoint, tokenizer, device = "cpu";
   int threads = 0;
   int batch = 512;
   double http_timeout_s = 600;
@@ -32,11 +33,14 @@ const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms 
   sub.add_option("--http-timeout", a->http_timeout_s, "With --endpoint: seconds one request may take");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   sub.add_option("-b,--batch", a->batch, "Prefill chunk in tokens")->check(CLI::Range(1, 8192));
+  sub.add_option("--device", a->device, "Where the in-process engine runs: cpu, or cuda (a CUDA build with a GPU)");
   harness::add_sweep_options(sub, a->sweep);
   sub.callback([a] {
+    check_device_name(a->device);  // before anything else: a build without the backend says so at once
     harness::SweepOptions opt = harness::resolve_sweep_options(a->sweep);
     std::unique_ptr<harness::Runner> runner;
     if (!a->endpoint.empty()) {
+      if (a->device != "cpu") fail("--device applies to the in-process engine, not to --endpoint");
       if (a->model.empty()) fail("--endpoint needs -m MODEL_ID (the model id the server serves)");
       if (a->tokenizer.empty()) fail("--endpoint needs --tokenizer FILE.gguf (the served model's vocabulary)");
       if (opt.kld && opt.arms.size() > 1) {
@@ -46,7 +50,9 @@ const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms 
       runner = std::make_unique<harness::HttpRunner>(a->endpoint, a->model, a->tokenizer, a->http_timeout_s);
     } else {
       if (!a->tokenizer.empty()) fail("--tokenizer only applies with --endpoint");
-      runner = std::make_unique<LocalRunner>(model_or_default(a->model), a->threads, a->batch);
+      if (a->device != "cpu" && opt.isolate == harness::Isolation::process)
+        fail("--isolate process does not work with --device {}: a device context does not survive fork", a->device);
+      runner = std::make_unique<LocalRunner>(model_or_default(a->model), a->threads, a->batch, a->device);
     }
     const auto rep = harness::run_sweep(*runner, opt);
     std::fprintf(stderr, "runs: %d planned, %d executed, %d skipped (resume), %d failed; results in %s\n",

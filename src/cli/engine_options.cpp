@@ -1,5 +1,7 @@
 #include "cli/engine_options.h"
 
+#include "kv/plan.h"
+
 namespace kvtax::cli {
 
 void add_engine_options(CLI::App& app, EngineOptions& o) {
@@ -16,7 +18,10 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("--kv-sinks", o.kv_sinks, "With --kv-window: first tokens always kept")->check(CLI::NonNegativeNumber);
   app.add_option("--kv-recent", o.kv_recent, "Keep the most recent N tokens in f16, older ones in the codec")
       ->check(CLI::NonNegativeNumber);
+  app.add_option("--device", o.device, "Where the model runs: cpu, or cuda (a CUDA build with a GPU)");
 }
+
+size_t EngineOptions::kv_reserve_bytes() const { return kv_reserve.empty() ? 0 : parse_size(kv_reserve); }
 
 KvSpec EngineOptions::kv_spec() const {
   // Both spellings go through the arm parser, so codec names are checked in one place.

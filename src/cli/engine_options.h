@@ -15,8 +15,11 @@ struct EngineOptions {
   int batch = 512;          // prefill chunk
   std::string kv, kv_k = "f16", kv_v = "f16";
   int kv_window = 0, kv_sinks = 0, kv_recent = 0;
+  std::string device = "cpu";  // cpu, or a device backend built in (engine/device.h)
+  std::string kv_reserve;      // run --kv-reserve with a device: bytes of KV pages ("8GiB"; empty: the context)
 
   KvSpec kv_spec() const;   // validates; throws kvtax::Error
+  size_t kv_reserve_bytes() const;  // 0 when not given
 };
 
 void add_engine_options(CLI::App& app, EngineOptions& o);

@@ -4,6 +4,9 @@
 
 #include "cli/command.h"
 #include "core/error.h"
+#if KVTAX_WITH_CUDA
+#include "cuda/device_model.h"
+#endif
 
 namespace kvtax::cli {
 std::vector<Command>& commands() {
@@ -13,6 +16,9 @@ std::vector<Command>& commands() {
 }  // namespace kvtax::cli
 
 int main(int argc, char** argv) {
+#if KVTAX_WITH_CUDA
+  kvtax::cuda::register_backend();  // --device cuda
+#endif
   CLI::App app{"kvtax: long-context LLM inference and the KV-cache tax harness"};
   app.set_version_flag("--version", std::string("kvtax ") + KVTAX_VERSION);
   app.require_subcommand(1);

@@ -11,6 +11,7 @@
 #include "model/default_model.h"
 #include "core/error.h"
 #include "core/memory.h"
+#include "engine/device.h"
 #include "engine/generate.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
@@ -36,6 +37,7 @@ std::string read_file(const std::string& path) {
 }
 
 void run(const RunOptions& o) {
+  check_device_name(o.engine.device);  // before loading: a build without the backend says so at once
   const std::string model_path = model_or_default(o.engine.model);
   auto model = Model::load(model_path);
   const ModelConfig& c = model->config();
@@ -53,8 +55,24 @@ void run(const RunOptions& o) {
   if (int(prompt.size()) + 1 > ctx)
     fail("context overflow: the prompt has {} tokens, the context holds {} (raise --ctx)", prompt.size(), ctx);
 
-  ThreadPool pool(o.engine.threads);
-  Forward fw(*model, o.engine.kv_spec(), ctx, o.engine.batch, pool);
+  // The CPU path (no --device) is the Forward over a ThreadPool; a device keeps weights, KV and activations
+  // in its own memory and only the sampling stays here.
+  std::unique_ptr<ThreadPool> pool;
+  std::unique_ptr<Forward> cpu;
+  std::unique_ptr<DeviceBackend> dev;
+  std::unique_ptr<DeviceDecoder> dec;
+  if (o.engine.device == "cpu") {
+    if (!o.engine.kv_reserve.empty()) fail("--kv-reserve applies with --device (device KV pages)");
+    pool = std::make_unique<ThreadPool>(o.engine.threads);
+    cpu = std::make_unique<Forward>(*model, o.engine.kv_spec(), ctx, o.engine.batch, *pool);
+  } else {
+    dev = open_device(o.engine.device, *model);
+    dec = dev->decoder(o.engine.kv_spec(), ctx, o.engine.kv_reserve_bytes());
+    std::fprintf(stderr, "%s\nKV cache: %zu tokens in %.2f GiB (%s, %zu bytes per token)\n", dev->describe().c_str(),
+                 dec->capacity_tokens(), dec->kv_bytes_reserved() / 1073741824.0, o.engine.kv_spec().str().c_str(),
+                 dec->kv_bytes_per_token());
+  }
+  Decoder& fw = cpu ? static_cast<Decoder&>(*cpu) : *dec;
   GenerateOptions g;
   g.max_tokens = std::min(o.n, ctx - int(prompt.size()));
   g.prefill_chunk = o.engine.batch;
@@ -68,24 +86,45 @@ void run(const RunOptions& o) {
   const GenerateOutput out = generate(fw, prompt, g);
   const auto& st = out.stats;
   const size_t peak = peak_rss_bytes();
-  std::fprintf(stderr,
-               "\n\nprompt %d tokens, prefill %.2f tok/s, TTFT %.3f s | generated %d tokens, decode %.2f tok/s | "
-               "stop: %s | KV %.1f MiB (%s/%s) | peak RSS %.1f MiB | threads %d\n",
-               st.prompt_tokens, st.prefill_tok_s(), st.ttft_s, st.generated_tokens, st.decode_tok_s(),
-               st.stop_reason.c_str(), fw.cache().bytes_used() / 1048576.0, fw.cache().spec().k.c_str(),
-               fw.cache().spec().v.c_str(), peak / 1048576.0, pool.size());
+  const KvSpec spec = o.engine.kv_spec();
+  const size_t kv_used = cpu ? cpu->cache().bytes_used() : dec->kv_bytes_used();
+  if (cpu)
+    std::fprintf(stderr,
+                 "\n\nprompt %d tokens, prefill %.2f tok/s, TTFT %.3f s | generated %d tokens, decode %.2f tok/s | "
+                 "stop: %s | KV %.1f MiB (%s/%s) | peak RSS %.1f MiB | threads %d\n",
+                 st.prompt_tokens, st.prefill_tok_s(), st.ttft_s, st.generated_tokens, st.decode_tok_s(),
+                 st.stop_reason.c_str(), kv_used / 1048576.0, spec.k.c_str(), spec.v.c_str(), peak / 1048576.0,
+                 pool->size());
+  else
+    std::fprintf(stderr,
+                 "\n\nprompt %d tokens, prefill %.2f tok/s, TTFT %.3f s | generated %d tokens, decode %.2f tok/s | "
+                 "stop: %s | KV %.1f MiB (%s/%s) | device %s, peak %.1f MiB | peak RSS %.1f MiB\n",
+                 st.prompt_tokens, st.prefill_tok_s(), st.ttft_s, st.generated_tokens, st.decode_tok_s(),
+                 st.stop_reason.c_str(), kv_used / 1048576.0, spec.k.c_str(), spec.v.c_str(), o.engine.device.c_str(),
+                 dev->peak_device_bytes() / 1048576.0, peak / 1048576.0);
   if (!o.stats_json.empty()) {
     nlohmann::json j = {
-        {"model", model_path}, {"threads", pool.size()}, {"context", ctx},
-        {"kv_k", fw.cache().spec().k}, {"kv_v", fw.cache().spec().v},
+        {"model", model_path}, {"device", o.engine.device}, {"context", ctx},
+        {"kv_k", spec.k}, {"kv_v", spec.v},
         {"prompt_tokens", st.prompt_tokens}, {"generated_tokens", st.generated_tokens},
         {"ttft_s", st.ttft_s}, {"prefill_tok_s", st.prefill_tok_s()}, {"decode_tok_s", st.decode_tok_s()},
         {"total_s", st.total_s}, {"stop_reason", st.stop_reason},
         {"peak_rss_bytes", peak}, {"weight_bytes", model->weight_bytes()},
-        {"kv_bytes", fw.cache().bytes_used()}, {"kv_bytes_reserved", fw.cache().bytes_reserved()},
-        {"kv_bytes_per_token", fw.cache().bytes_per_token()},
-        {"scratch_peak_bytes", fw.scratch_bytes() + attention_scratch_peak()},
+        {"kv_bytes", kv_used},
     };
+    if (cpu) {
+      j["threads"] = pool->size();
+      j["kv_bytes_reserved"] = cpu->cache().bytes_reserved();
+      j["kv_bytes_per_token"] = cpu->cache().bytes_per_token();
+      j["scratch_peak_bytes"] = cpu->scratch_bytes() + attention_scratch_peak();
+    } else {
+      j["kv_bytes_reserved"] = dec->kv_bytes_reserved();
+      j["kv_bytes_per_token"] = dec->kv_bytes_per_token();
+      j["kv_capacity_tokens"] = dec->capacity_tokens();
+      j["scratch_peak_bytes"] = dec->scratch_bytes();
+      j["device_weight_bytes"] = dev->weight_bytes();
+      j["device_peak_bytes"] = dev->peak_device_bytes();
+    }
     std::ofstream f(o.stats_json);
     if (!(f << j.dump(2) << "\n")) fail("cannot write stats to '{}'", o.stats_json);
   }
@@ -94,6 +133,8 @@ void run(const RunOptions& o) {
 const bool registered = add_command({"run", "Generate text from a prompt with a GGUF model", [](CLI::App& sub) {
   auto o = std::make_shared<RunOptions>();
   add_engine_options(sub, o->engine);
+  sub.add_option("--kv-reserve", o->engine.kv_reserve,
+                 "With --device: device memory for KV pages, e.g. 8GiB (default: enough for --ctx)");
   auto* p = sub.add_option("-p,--prompt", o->prompt, "Prompt text");
   auto* f = sub.add_option("-f,--file", o->prompt_file, "Read the prompt from a file");
   p->excludes(f);

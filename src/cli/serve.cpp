@@ -39,6 +39,8 @@ void serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
+  if (a.engine.device != "cpu")
+    fail("kvtax serve runs on the CPU only for now (--device {} is for run and bench)", a.engine.device);
   const std::string model_path = model_or_default(a.engine.model);
   auto model = Model::load(model_path);
   const ModelConfig& c = model->config();

@@ -1,7 +1,9 @@
 #include "cuda/attention.h"
 
 #include <algorithm>
+#include <map>
 #include <mutex>
+#include <tuple>
 #include <vector>
 
 #include "core/error.h"
@@ -18,27 +20,39 @@ constexpr int kMinChunk = 64;  // tokens per chunk at least: shorter chunks cost
 
 int g_waves = 1;
 
-int row_groups(const DeviceKv& kv, int n_heads) {
-  const int n_rep = n_heads / kv.n_kv_heads();
+int row_groups(const KvView& kv, int n_heads) {
+  const int n_rep = n_heads / kv.n_kv_heads;
   return (n_rep + detail::kMaxGroupRows - 1) / detail::kMaxGroupRows;
 }
 
 // Chunks per KV head: chunks are equal work, so the grid is whole waves of the blocks that fit on the
 // GPU at once (no half-empty tail wave); never chunks under kMinChunk tokens.
-int splits_for(const DeviceKv& kv, int n_heads, int len) {
+int splits_for(const KvView& kv, int n_heads, int len) {
   static const int sms = sm_count();
+  // Occupancy per (codec, head_dim, GQA group size), asked once: it is host work on every token otherwise.
+  static std::mutex mu;
+  static std::map<std::tuple<int, int, int>, int> cache;
+  const int n_rep = std::min(n_heads / kv.n_kv_heads, detail::kMaxGroupRows);
   int per_sm = 0;
-  check(detail::decode_blocks_per_sm(kv.codec(), kv.head_dim(), n_heads / kv.n_kv_heads(), &per_sm),
-        "decode attention occupancy");
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    const auto key = std::make_tuple(int(kv.codec), kv.head_dim, n_rep);
+    if (auto it = cache.find(key); it != cache.end()) {
+      per_sm = it->second;
+    } else {
+      check(detail::decode_blocks_per_sm(kv.codec, kv.head_dim, n_rep, &per_sm), "decode attention occupancy");
+      cache[key] = per_sm;
+    }
+  }
   const int slots = std::max(1, per_sm) * sms * g_waves;
-  const int target = std::max(1, slots / (kv.n_kv_heads() * row_groups(kv, n_heads)));
+  const int target = std::max(1, slots / (kv.n_kv_heads * row_groups(kv, n_heads)));
   const int max_by_len = std::max(1, (len + kMinChunk - 1) / kMinChunk);
   return std::min(target, max_by_len);
 }
 
-void check_heads(const DeviceKv& kv, int n_heads) {
-  if (n_heads <= 0 || n_heads % kv.n_kv_heads() != 0)
-    fail("CUDA attention: {} query heads is not a multiple of {} KV heads", n_heads, kv.n_kv_heads());
+void check_heads(const KvView& kv, int n_heads) {
+  if (n_heads <= 0 || n_heads % kv.n_kv_heads != 0)
+    fail("CUDA attention: {} query heads is not a multiple of {} KV heads", n_heads, kv.n_kv_heads);
 }
 
 void ensure_tables() {
@@ -61,6 +75,12 @@ bool decode_supported(kv::CodecId codec, int head_dim) {
   return int(codec) < kv::kNumCodecs && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
+int kv_page_tokens() { return detail::kPageTokens; }
+
+size_t kv_page_bytes(kv::CodecId codec, int n_kv_heads, int head_dim) {
+  return 2 * size_t(n_kv_heads) * detail::kPageTokens * kv::layout::row_bytes(codec, head_dim);
+}
+
 DeviceKv::DeviceKv(kv::CodecId codec, int n_kv_heads, int head_dim, int capacity)
     : codec_(codec), n_kv_heads_(n_kv_heads), head_dim_(head_dim) {
   if (!decode_supported(codec, head_dim))
@@ -68,22 +88,39 @@ DeviceKv::DeviceKv(kv::CodecId codec, int n_kv_heads, int head_dim, int capacity
          kv::codec(codec).name, head_dim);
   if (n_kv_heads <= 0 || n_kv_heads > 1024) fail("CUDA KV: {} KV heads out of range 1..1024", n_kv_heads);
   if (capacity <= 0 || capacity > (1 << 26)) fail("CUDA KV: capacity {} tokens out of range 1..2^26", capacity);
-  // Whole 64-token tiles keep every head's rows 16-byte aligned (rows are multiples of 4 bytes).
-  capacity_ = (capacity + 63) / 64 * 64;
   row_bytes_ = kv::layout::row_bytes(codec, head_dim);
   if (row_bytes_ != kv::codec(codec).row_bytes(head_dim) || row_bytes_ % 4 != 0)
     fail("CUDA KV: codec {} row of {} bytes does not match the CPU format", kv::codec(codec).name, row_bytes_);
-  k_ = Buffer(size_t(n_kv_heads_) * head_stride());
-  v_ = Buffer(size_t(n_kv_heads_) * head_stride());
+  const int n_pages = (capacity + detail::kPageTokens - 1) / detail::kPageTokens;
+  capacity_ = n_pages * detail::kPageTokens;
+  page_bytes_ = kv_page_bytes(codec, n_kv_heads, head_dim);
+  pool_ = Buffer(size_t(n_pages) * page_bytes_);
+  std::vector<int32_t> ids(static_cast<size_t>(n_pages));
+  for (int i = 0; i < n_pages; ++i) ids[size_t(i)] = i;
+  pages_ = Buffer(ids.size() * 4);
+  pages_.upload(ids.data(), ids.size() * 4);
+}
+
+KvView DeviceKv::view() const {
+  return KvView{codec_, n_kv_heads_, head_dim_, len_, row_bytes_, page_bytes_, pool_.as<uint8_t>(),
+                pages_.as<int32_t>(), capacity_};
 }
 
 void DeviceKv::write_rows(int h, int pos, int n, const uint8_t* k_rows, const uint8_t* v_rows) {
   if (h < 0 || h >= n_kv_heads_ || pos < 0 || n < 0 || int64_t(pos) + n > capacity_)
     fail("CUDA KV: rows {}..{} of head {} outside capacity {} x {} heads", pos, int64_t(pos) + n, h, capacity_,
          n_kv_heads_);
-  const size_t off = size_t(h) * head_stride() + size_t(pos) * row_bytes_, bytes = size_t(n) * row_bytes_;
-  k_.upload(k_rows, bytes, off);
-  v_.upload(v_rows, bytes, off);
+  const size_t head_stride = size_t(detail::kPageTokens) * row_bytes_;
+  const size_t v_off = size_t(n_kv_heads_) * head_stride;
+  for (int i = 0; i < n;) {  // one run per page
+    const int t = pos + i, in_page = t % detail::kPageTokens;
+    const int m = std::min(n - i, detail::kPageTokens - in_page);
+    const size_t off = size_t(t / detail::kPageTokens) * page_bytes_ + size_t(h) * head_stride +
+                       size_t(in_page) * row_bytes_;
+    pool_.upload(k_rows + size_t(i) * row_bytes_, size_t(m) * row_bytes_, off);
+    pool_.upload(v_rows + size_t(i) * row_bytes_, size_t(m) * row_bytes_, off + v_off);
+    i += m;
+  }
   len_ = std::max(len_, pos + n);
 }
 
@@ -115,35 +152,44 @@ void DeviceKv::copy_from(const KvCache& c, int layer) {
   len_ = L;
 }
 
-size_t decode_scratch_bytes(const DeviceKv& kv, int n_heads) {
+size_t decode_scratch_bytes(const KvView& kv, int n_heads) {
   check_heads(kv, n_heads);
-  const int s = splits_for(kv, n_heads, kv.capacity());
-  return size_t(n_heads) * s * (kv.head_dim() + 2) * sizeof(float);
+  const int s = splits_for(kv, n_heads, kv.max_len);
+  return size_t(n_heads) * s * (kv.head_dim + 2) * sizeof(float);
 }
 
-int decode_splits(const DeviceKv& kv, int n_heads) {
+int decode_splits(const KvView& kv, int n_heads) {
   check_heads(kv, n_heads);
-  return splits_for(kv, n_heads, kv.len());
+  return splits_for(kv, n_heads, kv.len);
 }
 
-void decode_attention(const DeviceKv& kv, const float* q, int n_heads, float* out, void* scratch,
+void decode_attention(const KvView& kv, const float* q, int n_heads, float* out, void* scratch,
                       cudaStream_t stream) {
   check_heads(kv, n_heads);
-  if (kv.len() <= 0) fail("CUDA attention: the device KV holds no tokens");
+  if (!kv.len_dev && kv.len <= 0) fail("CUDA attention: the device KV holds no tokens");
+  if (!kv.len_dev && kv.len > kv.max_len)
+    fail("CUDA attention: {} tokens past the {} the pages cover", kv.len, kv.max_len);
   ensure_tables();
   detail::DecodeArgs a{};
-  a.codec = kv.codec();
-  a.head_dim = kv.head_dim();
-  a.n_kv_heads = kv.n_kv_heads();
-  a.n_rep = n_heads / kv.n_kv_heads();
-  a.len = kv.len();
-  a.n_splits = splits_for(kv, n_heads, a.len);
-  a.chunk = (a.len + a.n_splits - 1) / a.n_splits;
-  a.n_splits = (a.len + a.chunk - 1) / a.chunk;  // every chunk non-empty
-  a.row_bytes = kv.row_bytes();
-  a.head_stride = kv.head_stride();
-  a.k = kv.k();
-  a.v = kv.v();
+  a.codec = kv.codec;
+  a.head_dim = kv.head_dim;
+  a.n_kv_heads = kv.n_kv_heads;
+  a.n_rep = n_heads / kv.n_kv_heads;
+  a.len = kv.len;
+  if (kv.len_dev) {
+    a.len_dev = kv.len_dev;
+    a.n_splits = splits_for(kv, n_heads, kv.max_len);
+  } else {
+    a.n_splits = splits_for(kv, n_heads, a.len);
+    a.chunk = (a.len + a.n_splits - 1) / a.n_splits;
+    a.n_splits = (a.len + a.chunk - 1) / a.chunk;  // every chunk non-empty
+  }
+  a.row_bytes = kv.row_bytes;
+  a.head_stride = size_t(detail::kPageTokens) * kv.row_bytes;
+  a.page_bytes = kv.page_bytes;
+  a.v_offset = size_t(kv.n_kv_heads) * a.head_stride;
+  a.pool = kv.pool;
+  a.pages = kv.pages;
   a.q = q;
   a.out = out;
   a.part = static_cast<float*>(scratch);

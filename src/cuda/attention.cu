@@ -99,9 +99,14 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
     for (int k = 0; k < 8; ++k) acc[r][k] = 0.0f;
   }
 
-  const int c0 = split * a.chunk, c1 = min(a.len, c0 + a.chunk);
-  const uint8_t* kh = a.k + size_t(h) * a.head_stride;
-  const uint8_t* vh = a.v + size_t(h) * a.head_stride;
+  // With len_dev (a captured graph replays this launch at every length) the chunk follows the length;
+  // chunks past it are empty and leave max -inf / sum 0, which the merge weighs as nothing.
+  const int len = a.len_dev ? *a.len_dev : a.len;
+  const int chunk = a.len_dev ? (len + a.n_splits - 1) / a.n_splits : a.chunk;
+  const int c0 = split * chunk, c1 = min(len, c0 + chunk);
+  const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
+  const int32_t* pages = a.pages;
+  const size_t page_bytes = a.page_bytes, v_off = a.v_offset;
   // The step loop is uniform over the block: every lane takes part in every shuffle, also where its
   // group's tokens run past the chunk (those re-read row c0 and get weight 0).
   for (int tb = c0; tb < c1; tb += kGroups * kUnroll) {
@@ -110,9 +115,11 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
 #pragma unroll
     for (int j = 0; j < kUnroll; ++j) {
       const int t = t0 + j * kGroups;
-      const size_t row = size_t(t < c1 ? t : c0) * a.row_bytes;
-      sk[j] = layout::unit_decode<C>(kh + row, D, u, lv, yk[j]);
-      sv[j] = layout::unit_decode<C>(vh + row, D, u, lv, yv[j]);
+      const int tt = t < c1 ? t : c0;
+      const uint8_t* kr = kh + size_t(__ldg(pages + (tt >> kPageShift))) * page_bytes +
+                          size_t(tt & (kPageTokens - 1)) * a.row_bytes;
+      sk[j] = layout::unit_decode<C>(kr, D, u, lv, yk[j]);
+      sv[j] = layout::unit_decode<C>(kr + v_off, D, u, lv, yv[j]);
     }
     float s[kUnroll][NREP];
 #pragma unroll

@@ -11,13 +11,16 @@ namespace kvtax::cuda::detail {
 
 constexpr int kDecodeThreads = 128;
 constexpr int kMaxGroupRows = 8;  // query heads of one GQA group handled by one block
+// KV pages: kPageTokens tokens of one layer, K rows [kv_head][kPageTokens][row_bytes] then V rows.
+constexpr int kPageShift = 8, kPageTokens = 1 << kPageShift;
 
 struct DecodeArgs {
   kv::CodecId codec;
   int head_dim, n_kv_heads, n_rep, len, chunk, n_splits;
-  size_t row_bytes, head_stride;
-  const uint8_t* k;
-  const uint8_t* v;
+  const int* len_dev;  // device length, read at run time (then len and chunk are unused)
+  size_t row_bytes, head_stride, page_bytes, v_offset;  // head_stride: within a page
+  const uint8_t* pool;
+  const int32_t* pages;  // device: page index of tokens [i * kPageTokens, (i+1) * kPageTokens)
   const float* q;
   float* out;
   float* part;  // [n_heads][n_splits][head_dim + 2]

@@ -1,5 +1,7 @@
 #include "cuda/gemv.h"
 
+#include <algorithm>
+
 #include "core/error.h"
 #include "cuda/gemv_launch.h"
 
@@ -11,15 +13,34 @@ bool gemv_supported(GgmlType t) {
 }
 
 DeviceWeight::DeviceWeight(GgmlType type, int64_t rows, int64_t cols, const void* host_data)
-    : type_(type), rows_(rows), cols_(cols) {
+    : DeviceWeight(type, cols, std::vector<Part>{{host_data, rows}}) {}
+
+DeviceWeight::DeviceWeight(GgmlType type, int64_t cols, const std::vector<Part>& parts) : type_(type), cols_(cols) {
   if (!gemv_supported(type)) fail("CUDA GEMV: weight type {} not supported", ggml_type_name(type));
-  if (rows <= 0 || rows > (int64_t(1) << 24)) fail("CUDA GEMV: {} rows out of range 1..2^24", rows);
-  if (cols <= 0 || cols % 256 != 0 || cols > (int64_t(1) << 20))
-    fail("CUDA GEMV: {} columns is not a positive multiple of 256 (up to 2^20)", cols);
+  rows_ = 0;
+  for (const Part& p : parts) {
+    if (p.rows <= 0) fail("CUDA GEMV: a part of {} rows", p.rows);
+    rows_ += p.rows;
+  }
+  if (rows_ <= 0 || rows_ > (int64_t(1) << 24)) fail("CUDA GEMV: {} rows out of range 1..2^24", rows_);
+  // Whole warps of the x quantizer and whole blocks of the type (Q4_K: 256).
+  const int64_t unit = std::max<int64_t>(32, int64_t(ggml_traits(type).block_size));
+  if (cols <= 0 || cols % unit != 0 || cols > (int64_t(1) << 20))
+    fail("CUDA GEMV: {} columns is not a positive multiple of {} (up to 2^20) for {}", cols, unit,
+         ggml_type_name(type));
   row_bytes_ = ggml_row_bytes(type, uint64_t(cols));
   buf_ = Buffer(bytes() + detail::kGemvPad);
-  buf_.upload(host_data, bytes());
+  size_t off = 0;
+  for (const Part& p : parts) {
+    buf_.upload(p.host_data, size_t(p.rows) * row_bytes_, off);
+    off += size_t(p.rows) * row_bytes_;
+  }
   check(cudaMemset(buf_.as<uint8_t>() + bytes(), 0, detail::kGemvPad), "cudaMemset");
+}
+
+void set_gemv_rows_per_warp(int rows) {
+  if (rows < 0 || rows > 4 || rows == 3) fail("CUDA GEMV: {} rows per warp (0, 1, 2 or 4)", rows);
+  detail::set_gemv_rows_per_warp(rows);
 }
 
 size_t gemv_scratch_bytes(int64_t cols) {

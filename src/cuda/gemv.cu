@@ -25,7 +25,7 @@ __device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2fl
 __global__ void __launch_bounds__(256) quantize_x(const float* __restrict__ x, int cols, int8_t* __restrict__ xq,
                                                   float* __restrict__ xd, float* __restrict__ xs) {
   const int i = blockIdx.x * 256 + threadIdx.x;
-  if (i >= cols) return;  // cols is a multiple of 256: whole warps return together
+  if (i >= cols) return;  // cols is a multiple of 32: whole warps return together
   const float v = x[i];
   float amax = fabsf(v);
 #pragma unroll
@@ -99,90 +99,132 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
         }
       }
     }
-  } else if constexpr (T == GgmlType::Q8_0) {
-    const int nb = a.cols / kQK;
-#pragma unroll 2
-    for (int b = lane; b < nb; b += 32) {
-      uint32_t q[8];
-      const float d = half_to_f32(load_block_u16_then<8>(row + size_t(b) * sizeof(BlockQ8_0), q));
-      int x[8];
-      load_xq(a.xq, b, x);
-      int s = 0;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) s = __dp4a(int(q[k]), x[k], s);
-      acc = fmaf(d * __ldg(a.xd + b), float(s), acc);
-    }
-  } else if constexpr (T == GgmlType::Q4_0) {
-    const int nb = a.cols / kQK;
-#pragma unroll 2
-    for (int b = lane; b < nb; b += 32) {
-      uint32_t q[4];
-      const float d = half_to_f32(load_block_u16_then<4>(row + size_t(b) * sizeof(BlockQ4_0), q));
-      int x[8];
-      load_xq(a.xq, b, x);
-      int s = 0;
-#pragma unroll
-      for (int k = 0; k < 4; ++k) {
-        s = __dp4a(int(q[k] & 0x0f0f0f0fu), x[k], s);         // values 4k..4k+3
-        s = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x[4 + k], s);  // values 16+4k..
-      }
-      // sum (code - 8) * x = xd * s - 8 * xd * sum(xq)
-      acc = fmaf(d, fmaf(__ldg(a.xd + b), float(s), -8.0f * __ldg(a.xs + b)), acc);
-    }
-  } else if constexpr (T == GgmlType::Q4_K) {
-    // Lane = (super-block, pair of 32-value sub-blocks): 8 super-blocks per warp step.
-    const int nsb = a.cols / kQK_K, jp = lane & 3;
-#pragma unroll 2
-    for (int sb = lane >> 2; sb < nsb; sb += 8) {
-      const uint8_t* blk = row + size_t(sb) * sizeof(BlockQ4_K);  // 144 bytes: 16-byte aligned
-      const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));  // d, dmin, scales[0..11]
-      const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * jp));
-      const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(blk + 32 + 32 * jp));
-      const uint32_t s0 = h.y, s1 = h.z, s2 = h.w;
-      auto byte = [&](int i) -> uint32_t {
-        const uint32_t w = i < 4 ? s0 : (i < 8 ? s1 : s2);
-        return (w >> (8 * (i & 3))) & 0xff;
-      };
-      uint8_t sc_lo, m_lo, sc_hi, m_hi;
-      k_scale_min_at(2 * jp, byte, sc_lo, m_lo);
-      k_scale_min_at(2 * jp + 1, byte, sc_hi, m_hi);
-      const int xb = sb * 8 + 2 * jp;
-      int x0[8], x1[8];
-      load_xq(a.xq, xb, x0);
-      load_xq(a.xq, xb + 1, x1);
-      const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
-      int slo = 0, shi = 0;
-#pragma unroll
-      for (int k = 0; k < 8; ++k) {
-        slo = __dp4a(int(q[k] & 0x0f0f0f0fu), x0[k], slo);
-        shi = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x1[k], shi);
-      }
-      const float d = half_to_f32(h.x & 0xffff), dmin = half_to_f32(h.x >> 16);
-      const float pos = float(sc_lo) * __ldg(a.xd + xb) * float(slo) + float(sc_hi) * __ldg(a.xd + xb + 1) * float(shi);
-      const float neg = float(m_lo) * __ldg(a.xs + xb) + float(m_hi) * __ldg(a.xs + xb + 1);
-      acc += d * pos - dmin * neg;
-    }
   }
   acc = warp_sum(acc);
   if (lane == 0) a.y[r] = acc;
 }
 
+
+// Quantized types: R rows per warp, so each lane's int8 x codes (loaded once per block of the row) feed R
+// rows' dot products: with one row per warp the x loads were as many bytes as the weights.
+template <GgmlType T, int R>
+__global__ void __launch_bounds__(kThreads) gemv_quant_kernel(GemvArgs a) {
+  const int lane = threadIdx.x & 31, r0 = (blockIdx.x * kRowsPerBlock + threadIdx.x / 32) * R;
+  if (r0 >= a.rows) return;
+  const uint8_t* rows[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) rows[i] = a.w + size_t(min(r0 + i, a.rows - 1)) * a.row_bytes;  // tail: re-read
+  float acc[R];
+#pragma unroll
+  for (int i = 0; i < R; ++i) acc[i] = 0.0f;
+  if constexpr (T == GgmlType::Q8_0 || T == GgmlType::Q4_0) {
+    const int nb = a.cols / kQK;
+#pragma unroll 2
+    for (int b = lane; b < nb; b += 32) {
+      int x[8];
+      load_xq(a.xq, b, x);
+      const float xd = __ldg(a.xd + b);
+      const float xs = T == GgmlType::Q4_0 ? __ldg(a.xs + b) : 0.0f;
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        int s = 0;
+        if constexpr (T == GgmlType::Q8_0) {
+          uint32_t q[8];
+          const float d = half_to_f32(load_block_u16_then<8>(rows[i] + size_t(b) * sizeof(BlockQ8_0), q));
+#pragma unroll
+          for (int k = 0; k < 8; ++k) s = __dp4a(int(q[k]), x[k], s);
+          acc[i] = fmaf(d * xd, float(s), acc[i]);
+        } else {
+          uint32_t q[4];
+          const float d = half_to_f32(load_block_u16_then<4>(rows[i] + size_t(b) * sizeof(BlockQ4_0), q));
+#pragma unroll
+          for (int k = 0; k < 4; ++k) {
+            s = __dp4a(int(q[k] & 0x0f0f0f0fu), x[k], s);             // values 4k..4k+3
+            s = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x[4 + k], s);  // values 16+4k..
+          }
+          // sum (code - 8) * x = xd * s - 8 * xd * sum(xq)
+          acc[i] = fmaf(d, fmaf(xd, float(s), -8.0f * xs), acc[i]);
+        }
+      }
+    }
+  } else {  // Q4_K. Lane = (super-block, pair of 32-value sub-blocks): 8 super-blocks per warp step.
+    const int nsb = a.cols / kQK_K, jp = lane & 3;
+    for (int sb = lane >> 2; sb < nsb; sb += 8) {
+      const int xb = sb * 8 + 2 * jp;
+      int x0[8], x1[8];
+      load_xq(a.xq, xb, x0);
+      load_xq(a.xq, xb + 1, x1);
+      const float xd0 = __ldg(a.xd + xb), xd1 = __ldg(a.xd + xb + 1);
+      const float xs0 = __ldg(a.xs + xb), xs1 = __ldg(a.xs + xb + 1);
+#pragma unroll
+      for (int i = 0; i < R; ++i) {
+        const uint8_t* blk = rows[i] + size_t(sb) * sizeof(BlockQ4_K);  // 144 bytes: 16-byte aligned
+        const uint4 h = __ldg(reinterpret_cast<const uint4*>(blk));     // d, dmin, scales[0..11]
+        const uint4 q0 = __ldg(reinterpret_cast<const uint4*>(blk + 16 + 32 * jp));
+        const uint4 q1 = __ldg(reinterpret_cast<const uint4*>(blk + 32 + 32 * jp));
+        const uint32_t s0 = h.y, s1 = h.z, s2 = h.w;
+        auto byte = [&](int k) -> uint32_t {
+          const uint32_t w = k < 4 ? s0 : (k < 8 ? s1 : s2);
+          return (w >> (8 * (k & 3))) & 0xff;
+        };
+        uint8_t sc_lo, m_lo, sc_hi, m_hi;
+        k_scale_min_at(2 * jp, byte, sc_lo, m_lo);
+        k_scale_min_at(2 * jp + 1, byte, sc_hi, m_hi);
+        const uint32_t q[8] = {q0.x, q0.y, q0.z, q0.w, q1.x, q1.y, q1.z, q1.w};
+        int slo = 0, shi = 0;
+#pragma unroll
+        for (int k = 0; k < 8; ++k) {
+          slo = __dp4a(int(q[k] & 0x0f0f0f0fu), x0[k], slo);
+          shi = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x1[k], shi);
+        }
+        const float d = half_to_f32(h.x & 0xffff), dmin = half_to_f32(h.x >> 16);
+        const float pos = float(sc_lo) * xd0 * float(slo) + float(sc_hi) * xd1 * float(shi);
+        const float neg = float(m_lo) * xs0 + float(m_hi) * xs1;
+        acc[i] += d * pos - dmin * neg;
+      }
+    }
+  }
+#pragma unroll
+  for (int i = 0; i < R; ++i) {
+    const float v = warp_sum(acc[i]);
+    if (lane == 0 && r0 + i < a.rows) a.y[r0 + i] = v;
+  }
+}
+
+template <GgmlType T>
+cudaError_t launch_quant(const GemvArgs& a, int rows_per_warp, cudaStream_t st) {
+  const int per_block = kRowsPerBlock * rows_per_warp, grid = (a.rows + per_block - 1) / per_block;
+  switch (rows_per_warp) {
+    case 1: gemv_quant_kernel<T, 1><<<grid, kThreads, 0, st>>>(a); break;
+    case 2: gemv_quant_kernel<T, 2><<<grid, kThreads, 0, st>>>(a); break;
+    default: gemv_quant_kernel<T, 4><<<grid, kThreads, 0, st>>>(a); break;
+  }
+  return cudaGetLastError();
+}
+
+int g_rows_per_warp = 0;  // 0: by shape
+
 }  // namespace
+
+void set_gemv_rows_per_warp(int r) { g_rows_per_warp = r; }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
   const bool quantized = a.type == GgmlType::Q8_0 || a.type == GgmlType::Q4_0 || a.type == GgmlType::Q4_K;
   if (quantized) {
-    quantize_x<<<a.cols / 256, 256, 0, st>>>(a.x, a.cols, a.xq, a.xd, a.xs);
+    quantize_x<<<(a.cols + 255) / 256, 256, 0, st>>>(a.x, a.cols, a.xq, a.xd, a.xs);
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   const int grid = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  // Rows per warp for the quantized kernels: more rows reuse x more, but leave fewer warps to fill the
+  // SMs on short matrices (4096 rows at 4 per warp is 256 blocks for 132 SMs).
+  const int rpw = g_rows_per_warp > 0 ? g_rows_per_warp : (a.rows >= 16384 ? 4 : 2);
   switch (a.type) {
     case GgmlType::F32: gemv_kernel<GgmlType::F32><<<grid, kThreads, 0, st>>>(a); break;
     case GgmlType::F16: gemv_kernel<GgmlType::F16><<<grid, kThreads, 0, st>>>(a); break;
     case GgmlType::BF16: gemv_kernel<GgmlType::BF16><<<grid, kThreads, 0, st>>>(a); break;
-    case GgmlType::Q8_0: gemv_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, st>>>(a); break;
-    case GgmlType::Q4_0: gemv_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, st>>>(a); break;
-    case GgmlType::Q4_K: gemv_kernel<GgmlType::Q4_K><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::Q8_0: return launch_quant<GgmlType::Q8_0>(a, rpw, st);
+    case GgmlType::Q4_0: return launch_quant<GgmlType::Q4_0>(a, rpw, st);
+    case GgmlType::Q4_K: return launch_quant<GgmlType::Q4_K>(a, rpw, st);
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();

@@ -4,6 +4,7 @@
 // int8 per 32 values (scale max|x|/127) with 4-way int8 dot products, the CPU matmul's scheme.
 #include <cstddef>
 #include <cstdint>
+#include <vector>
 
 #include "cuda/runtime.h"
 #include "ggml/types.h"
@@ -15,8 +16,14 @@ bool gemv_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_0, Q4_K
 // A rows x cols weight matrix on the device (rows of ggml_row_bytes(type, cols), back to back).
 class DeviceWeight {
  public:
-  // cols must be a multiple of 256; host_data holds rows * row_bytes bytes.
+  // cols must be a multiple of 32 and of the type's block; host_data holds rows * row_bytes bytes.
   DeviceWeight(GgmlType type, int64_t rows, int64_t cols, const void* host_data);
+  // Several matrices of one type and width stacked into one (q|k|v, gate|up): one GEMV instead of several.
+  struct Part {
+    const void* host_data;
+    int64_t rows;
+  };
+  DeviceWeight(GgmlType type, int64_t cols, const std::vector<Part>& parts);
 
   GgmlType type() const { return type_; }
   int64_t rows() const { return rows_; }
@@ -31,6 +38,9 @@ class DeviceWeight {
   size_t row_bytes_;
   Buffer buf_;
 };
+
+// Rows each warp of the quantized kernels computes (1, 2 or 4; 0: chosen by shape). For benchmarks.
+void set_gemv_rows_per_warp(int rows);
 
 // Device scratch for the quantized copy of x.
 size_t gemv_scratch_bytes(int64_t cols);

@@ -30,5 +30,6 @@ inline size_t gemv_scratch_layout(int64_t cols, size_t* xd_off, size_t* xs_off) 
 }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream);
+void set_gemv_rows_per_warp(int r);
 
 }  // namespace kvtax::cuda::detail

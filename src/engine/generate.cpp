@@ -59,7 +59,7 @@ class StopScanner {
 
 }  // namespace
 
-GenerateOutput generate(Forward& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
+GenerateOutput generate(Decoder& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
   const tok::Tokenizer& tokenizer = fw.model().tokenizer();
   const int n_vocab = int(fw.model().config().n_vocab);
   if (prompt.empty()) fail("empty prompt");

@@ -51,6 +51,6 @@ struct GenerateOutput {
 };
 
 // Continues the sequence in `fw` (its cache may hold a prefix already) with `prompt`, then generates.
-GenerateOutput generate(Forward& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o);
+GenerateOutput generate(Decoder& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o);
 
 }  // namespace kvtax

@@ -6,6 +6,7 @@
 #include <string>
 
 #include "core/thread_pool.h"
+#include "engine/device.h"
 #include "engine/session.h"
 #include "harness/runner.h"
 #include "model/model.h"
@@ -15,7 +16,10 @@ namespace kvtax {
 
 class LocalRunner : public harness::Runner {
  public:
-  LocalRunner(const std::string& model_path, int threads, int batch);
+  // device "cpu": the CPU Forward with prefix reuse; another name: the model on that device (engine/device.h),
+  // weights uploaded once, a fresh device KV for every request.
+  LocalRunner(const std::string& model_path, int threads, int batch, const std::string& device = "cpu");
+  ~LocalRunner() override;
   std::string describe() const override;
   nlohmann::json model_info() const override;
   void check_arm(const harness::Arm& arm) const override;
@@ -32,6 +36,11 @@ class LocalRunner : public harness::Runner {
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Session> session_;  // the prefix cache; after pool_ so it is destroyed first
   std::string session_spec_;
+  std::string device_;
+  std::unique_ptr<DeviceBackend> backend_;
+  std::unique_ptr<DeviceDecoder> decoder_;  // reused (reset) while the spec and context fit
+  std::string decoder_spec_;
+  harness::GenerateResult generate_on_device(const harness::GenerateRequest& req);
 };
 
 }  // namespace kvtax

@@ -7,12 +7,13 @@
 
 #include "core/thread_pool.h"
 #include "kv/cache.h"
+#include "model/decoder.h"
 #include "model/model.h"
 #include "ops/cpu/elementwise.h"
 
 namespace kvtax {
 
-class Forward {
+class Forward : public Decoder {
  public:
   // max_context: tokens the cache must hold (a context overflow beyond it is an Error).
   // max_batch: the largest number of tokens one eval() call takes (the prefill chunk).
@@ -20,15 +21,15 @@ class Forward {
 
   // Runs n tokens at positions n_past() .. n_past()+n-1 through the model and appends their K/V to the cache.
   // logits receives the last token's logits ([n_vocab]) or, with all_logits, every token's ([n][n_vocab]).
-  void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false);
+  void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) override;
 
-  int n_past() const { return cache_.n_past(); }
-  int max_context() const { return max_context_; }
-  int max_batch() const { return max_batch_; }
-  void reset() { cache_.clear(); }
+  int n_past() const override { return cache_.n_past(); }
+  int max_context() const override { return max_context_; }
+  int max_batch() const override { return max_batch_; }
+  void reset() override { cache_.clear(); }
   const KvCache& cache() const { return cache_; }
   KvCache& cache() { return cache_; }
-  const Model& model() const { return m_; }
+  const Model& model() const override { return m_; }
   size_t scratch_bytes() const;  // the activation buffers below
 
  private:

@@ -144,9 +144,10 @@ TEST(CudaAttention, RejectsBadShapes) {
   EXPECT_THROW(cuda::DeviceKv(kv::CodecId::f16, 8, 96, 100), Error);  // no kernel for head_dim 96
   EXPECT_THROW(cuda::DeviceKv(kv::CodecId::f16, 0, 128, 100), Error);
   cuda::DeviceKv kv(kv::CodecId::q8, 8, 128, 100);
-  EXPECT_THROW(kv.set_len(101 + 64), Error);
-  std::vector<uint8_t> rows(kv.row_bytes() * 200);
-  EXPECT_THROW(kv.write_rows(0, 100, 100, rows.data(), rows.data()), Error);  // past capacity (128)
+  ASSERT_EQ(kv.capacity(), cuda::kv_page_tokens());  // whole pages
+  EXPECT_THROW(kv.set_len(kv.capacity() + 1), Error);
+  std::vector<uint8_t> rows(kv.row_bytes() * size_t(kv.capacity()));
+  EXPECT_THROW(kv.write_rows(0, 100, kv.capacity() - 99, rows.data(), rows.data()), Error);  // past capacity
   cuda::Buffer q(32 * 128 * 4), out(32 * 128 * 4), scratch(cuda::decode_scratch_bytes(kv, 32));
   EXPECT_THROW(cuda::decode_attention(kv, q.as<float>(), 32, out.as<float>(), scratch.get()), Error);  // empty
   kv.set_len(10);

@@ -20,6 +20,14 @@ class Rope {
   Rope(const ModelConfig& c, const float* freq_factors /* rope_freqs.weight or nullptr */);
   // Rotates n_heads vectors of head_dim values (only the first rope_dim dims) at position pos.
   void apply(float* x, int n_heads, int head_dim, int64_t pos) const;
+  // The tables apply() uses, for device copies (src/cuda).
+  RopeKind kind() const { return kind_; }
+  int dim() const { return dim_; }
+  float theta_scale() const { return theta_scale_; }
+  float freq_scale() const { return freq_scale_; }
+  float mscale() const { return mscale_; }
+  const std::vector<float>& factors() const { return factor_; }
+  const std::vector<float>& ramp() const { return ramp_; }
  private:
   RopeKind kind_;
   int dim_;

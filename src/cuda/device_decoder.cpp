@@ -1,0 +1,259 @@
+#include "cuda/device_decoder.h"
+
+#include <algorithm>
+#include <cstdlib>
+#include <string>
+
+#include "core/error.h"
+#include "kv/codecs/layout.h"
+
+namespace kvtax::cuda {
+
+kv::CodecId device_codec(const KvSpec& spec, int head_dim) {
+  if (spec.k != spec.v)
+    fail("--device cuda: KV spec '{}' has different K and V codecs; the device stores one codec for both",
+         spec.str());
+  if (spec.policy.window || spec.policy.recent)
+    fail("--device cuda: KV spec '{}' has a window or recent tier; the device keeps every token in one codec",
+         spec.str());
+  const kv::CodecInfo* c = kv::find_codec(spec.k);
+  if (!c) fail("--device cuda: unknown KV codec '{}'", spec.k);
+  if (!decode_supported(c->id, head_dim))
+    fail("--device cuda: no attention kernel for KV codec {} with head_dim {}", c->name, head_dim);
+  return c->id;
+}
+
+CudaDecoder::CudaDecoder(CudaBackend& b, kv::CodecId codec, int max_context, size_t reserve_bytes)
+    : b_(b), codec_(codec) {
+  const ModelConfig& c = b.model().config();
+  const int L = int(c.n_layers), P = kv_page_tokens();
+  if (max_context < 1) fail("--device cuda: context of {} tokens", max_context);
+  row_bytes_ = kv::layout::row_bytes(codec, int(c.head_dim));
+  page_bytes_ = kv_page_bytes(codec, int(c.n_kv_heads), int(c.head_dim));
+  const size_t want_pages = size_t((max_context + P - 1) / P) * L;
+  const size_t n_pages = reserve_bytes ? reserve_bytes / page_bytes_ : want_pages;
+  capacity_ = int(std::min<size_t>(n_pages / L * P, size_t(1) << 30));
+  if (capacity_ < max_context)
+    fail("--device cuda: a KV reservation of {:.3f} GiB holds {} tokens in {} ({} KiB pages of {} tokens x {} "
+         "layers), fewer than the context of {}",
+         double(reserve_bytes) / (1ull << 30), capacity_, kv::codec(codec).name, page_bytes_ >> 10, P, L,
+         max_context);
+  max_context_ = max_context;
+  max_pages_ = capacity_ / P;
+  size_t free_b = 0, total_b = 0;
+  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
+  if (n_pages * page_bytes_ > free_b)
+    fail("--device cuda: the KV reservation of {:.2f} GiB exceeds the {:.2f} GiB free on the device",
+         double(n_pages * page_bytes_) / (1ull << 30), double(free_b) / (1ull << 30));
+  pool_ = Buffer(size_t(max_pages_) * L * page_bytes_);
+  table_host_.assign(size_t(max_pages_) * L, 0);
+  table_ = Buffer(table_host_.size() * 4);
+  table_.upload(table_host_.data(), table_host_.size() * 4);
+  reset();
+
+  const size_t d = c.d_model, qd = size_t(c.n_heads) * c.head_dim, kvd = size_t(c.n_kv_heads) * c.head_dim;
+  const size_t ff = c.d_ff, cols = std::max({d, qd, ff});
+  auto f32 = [](size_t n) { return Buffer(n * 4); };
+  x_ = f32(d); xb_ = f32(d); xb2_ = f32(d);
+  qkv_ = f32(qd + 2 * kvd); att_ = f32(qd); gu_ = f32(2 * ff); logits_ = f32(c.n_vocab);
+  gemv_scratch_ = Buffer(gemv_scratch_bytes(int64_t(cols)));
+  attn_scratch_ = Buffer(decode_scratch_bytes(view(0, 1), int(c.n_heads)));
+  io_ = Buffer(3 * 4 * kMaxBatch);
+  io_host_.assign(3 * kMaxBatch, 0);
+  if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
+  for (const Buffer* p : {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &attn_scratch_, &io_})
+    scratch_bytes_ += p->bytes();
+  check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
+  b_.account(pool_.bytes() + table_.bytes() + scratch_bytes_, 0);
+}
+
+CudaDecoder::~CudaDecoder() {
+  if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
+  if (graph_) cudaGraphDestroy(graph_);
+  if (stream_) cudaStreamDestroy(stream_);
+  b_.account(0, pool_.bytes() + table_.bytes() + scratch_bytes_);
+}
+
+void CudaDecoder::reset() {
+  n_past_ = 0;
+  pages_used_ = 0;
+  const int n = max_pages_ * int(b_.model().config().n_layers);
+  free_.resize(size_t(n));
+  for (int i = 0; i < n; ++i) free_[size_t(i)] = n - 1 - i;  // pop_back hands out 0, 1, 2, ...
+}
+
+size_t CudaDecoder::kv_bytes_used() const {
+  return size_t(pages_used_) * b_.model().config().n_layers * page_bytes_;
+}
+
+size_t CudaDecoder::kv_bytes_per_token() const {
+  const ModelConfig& c = b_.model().config();
+  return 2 * size_t(c.n_layers) * c.n_kv_heads * row_bytes_;
+}
+
+void CudaDecoder::ensure_pages(int tokens) {
+  const int need = (tokens + kv_page_tokens() - 1) / kv_page_tokens();
+  if (need > max_pages_) fail("--device cuda: {} tokens exceed the KV capacity of {}", tokens, capacity_);
+  if (need <= pages_used_) return;
+  const int L = int(b_.model().config().n_layers);
+  for (; pages_used_ < need; ++pages_used_)
+    for (int l = 0; l < L; ++l) {
+      table_host_[size_t(l) * max_pages_ + pages_used_] = free_.back();
+      free_.pop_back();
+    }
+  check(cudaMemcpyAsync(table_.get(), table_host_.data(), table_host_.size() * 4, cudaMemcpyHostToDevice, stream_),
+        "page table upload");
+}
+
+KvView CudaDecoder::view(int layer, int len, const int* len_dev) const {
+  const ModelConfig& c = b_.model().config();
+  return KvView{codec_, int(c.n_kv_heads), int(c.head_dim), len, row_bytes_, page_bytes_, pool_.as<uint8_t>(),
+                table_.as<int32_t>() + size_t(layer) * max_pages_, capacity_, len_dev};
+}
+
+KvTarget CudaDecoder::target(int layer) const {
+  const ModelConfig& c = b_.model().config();
+  return KvTarget{codec_, int(c.n_kv_heads), int(c.head_dim), row_bytes_, page_bytes_, pool_.as<uint8_t>(),
+                  table_.as<int32_t>() + size_t(layer) * max_pages_};
+}
+
+void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_logits) {
+  const ModelConfig& c = b_.model().config();
+  if (n < 1 || n > kMaxBatch) fail("eval of {} tokens: must be 1..{}", n, kMaxBatch);
+  if (n_past_ + n > max_context_)
+    fail("context overflow: {} tokens in the cache + {} new > context size {}", n_past_, n, max_context_);
+  for (int t = 0; t < n; ++t)
+    if (tokens[t] < 0 || uint32_t(tokens[t]) >= c.n_vocab) fail("token id {} outside the vocabulary", tokens[t]);
+  if (!logits) fail("eval: no logits buffer");
+  ensure_pages(n_past_ + n);
+  for (int t = 0; t < n; ++t) {
+    io_host_[size_t(t)] = tokens[t];
+    io_host_[size_t(kMaxBatch + t)] = n_past_ + t;
+    io_host_[size_t(2 * kMaxBatch + t)] = n_past_ + t + 1;
+  }
+  check(cudaMemcpyAsync(io_.get(), io_host_.data(), io_.bytes(), cudaMemcpyHostToDevice, stream_), "token upload");
+  if (n == 1 && use_graph_ && !graph_failed_) {
+    run_graph();
+    check(cudaMemcpyAsync(logits, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_), "logits");
+  } else {
+    for (int t = 0; t < n; ++t) {
+      const bool want = all_logits || t == n - 1;
+      launch_token(t, n_past_ + t + 1, want);
+      if (want) {
+        float* out = all_logits ? logits + size_t(t) * c.n_vocab : logits;
+        check(cudaMemcpyAsync(out, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
+              "logits");
+      }
+    }
+  }
+  check(cudaStreamSynchronize(stream_), "decode step");
+  n_past_ += n;
+}
+
+void CudaDecoder::run_graph() {
+  if (graph_exec_) {
+    check(cudaGraphLaunch(graph_exec_, stream_), "graph launch");
+    return;
+  }
+  // This token runs directly, so every one-time upload (codec tables, occupancy) happens outside the
+  // capture; then one token's kernels are captured with every per-token value read from io_.
+  launch_token(0, n_past_ + 1, true);
+  check(cudaStreamBeginCapture(stream_, cudaStreamCaptureModeThreadLocal), "graph capture");
+  try {
+    launch_token(0, 0, true);
+  } catch (...) {
+    cudaGraph_t g = nullptr;
+    cudaStreamEndCapture(stream_, &g);
+    if (g) cudaGraphDestroy(g);
+    cudaGetLastError();
+    throw;
+  }
+  check(cudaStreamEndCapture(stream_, &graph_), "graph capture");
+  if (cudaGraphInstantiate(&graph_exec_, graph_, 0) != cudaSuccess) {
+    cudaGetLastError();
+    graph_exec_ = nullptr;
+    graph_failed_ = true;  // launch the kernels one by one from now on
+  }
+}
+
+void CudaDecoder::launch_token(int t, int host_len, bool logits) {
+  const ModelConfig& c = b_.model().config();
+  const int d = int(c.d_model), hd = int(c.head_dim), nh = int(c.n_heads), nkv = int(c.n_kv_heads);
+  const int L = int(c.n_layers), ff = int(c.d_ff);
+  const float eps = c.rms_eps;
+  cudaStream_t s = stream_;
+  // x: the residual stream; xb: its norm, the next matmul's input; q|k|v and gate|up side by side, so the
+  // stacked weights fill them with one GEMV each.
+  float *x = x_.as<float>(), *xb = xb_.as<float>(), *xb2 = xb2_.as<float>(), *att = att_.as<float>();
+  float *q = qkv_.as<float>(), *k = q + size_t(nh) * hd, *v = k + size_t(nkv) * hd;
+  float *gate = gu_.as<float>(), *up = gate + ff;
+  void* gs = gemv_scratch_.get();
+  const int32_t* id = io_.as<int32_t>() + t;
+  const int* pos = io_.as<int32_t>() + kMaxBatch + t;
+  const int* len = io_.as<int32_t>() + 2 * kMaxBatch + t;
+
+  const DeviceWeight& E = b_.embedding();
+  check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
+  check(ops::rmsnorm(x, b_.layers()[0].attn_norm.as<float>(), xb, 1, d, eps, s), "rmsnorm");
+  for (int l = 0; l < L; ++l) {
+    const CudaBackend::Layer& w = b_.layers()[size_t(l)];
+    if (w.wqkv) {
+      gemv(*w.wqkv, xb, q, gs, s);
+    } else {
+      gemv(*w.wq, xb, q, gs, s);
+      gemv(*w.wk, xb, k, gs, s);
+      gemv(*w.wv, xb, v, gs, s);
+    }
+    if (w.bq.get()) {
+      check(ops::add(q, w.bq.as<float>(), int64_t(nh) * hd, s), "bias");
+      check(ops::add(k, w.bk.as<float>(), int64_t(nkv) * hd, s), "bias");
+      check(ops::add(v, w.bv.as<float>(), int64_t(nkv) * hd, s), "bias");
+    }
+    if (w.q_norm.get()) {
+      check(ops::rmsnorm(q, w.q_norm.as<float>(), q, nh, hd, eps, s), "q norm");
+      check(ops::rmsnorm(k, w.k_norm.as<float>(), k, nkv, hd, eps, s), "k norm");
+    }
+    check(ops::rope_qk(q, nh, k, nkv, hd, pos, b_.rope(), s), "rope");
+    encode_kv(target(l), k, v, 1, 0, s, pos);
+    decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s);
+    gemv(*w.wo, att, xb2, gs, s);
+    check(ops::add_rmsnorm(x, xb2, w.ffn_norm.as<float>(), xb, d, eps, s), "residual + norm");
+    if (w.gate_up) {
+      gemv(*w.gate_up, xb, gate, gs, s);
+    } else {
+      gemv(*w.gate, xb, gate, gs, s);
+      gemv(*w.up, xb, up, gs, s);
+    }
+    check(ops::silu_mul(gate, up, ff, s), "silu");
+    gemv(*w.down, gate, xb2, gs, s);
+    // The residual add and the next norm (the next layer's, or the output norm); after the last layer the
+    // residual stream matters only for logits.
+    if (l + 1 < L)
+      check(ops::add_rmsnorm(x, xb2, b_.layers()[size_t(l + 1)].attn_norm.as<float>(), xb, d, eps, s), "residual");
+    else if (logits)
+      check(ops::add_rmsnorm(x, xb2, b_.output_norm(), xb, d, eps, s), "residual");
+  }
+  if (logits) gemv(b_.output(), xb, logits_.as<float>(), gs, s);
+}
+
+void CudaDecoder::fill_random(int depth, uint64_t seed) {
+  const ModelConfig& c = b_.model().config();
+  if (depth < 0 || depth > max_context_) fail("fill_random: depth {} outside the context of {}", depth, max_context_);
+  reset();
+  ensure_pages(depth);
+  const int chunk = 4096, kvd = int(c.n_kv_heads * c.head_dim);
+  Buffer kr(size_t(chunk) * kvd * 4), vr(size_t(chunk) * kvd * 4);
+  for (int l = 0; l < int(c.n_layers); ++l)
+    for (int p = 0; p < depth; p += chunk) {
+      const int n = std::min(chunk, depth - p);
+      check(ops::fill_normal(kr.as<float>(), int64_t(n) * kvd, seed + uint64_t(l) * 7919 + uint64_t(p), stream_),
+            "fill");
+      check(ops::fill_normal(vr.as<float>(), int64_t(n) * kvd, ~seed + uint64_t(l) * 7919 + uint64_t(p), stream_),
+            "fill");
+      encode_kv(target(l), kr.as<float>(), vr.as<float>(), n, p, stream_);
+    }
+  check(cudaStreamSynchronize(stream_), "fill_random");
+  n_past_ = depth;
+}
+
+}  // namespace kvtax::cuda

@@ -1,0 +1,103 @@
+#include "cuda/kv_encode.h"
+
+#include <mutex>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/attention_launch.h"
+#include "cuda/kv_encode_launch.h"
+#include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
+#include "kv/rotation.h"
+
+namespace kvtax::cuda {
+namespace {
+
+// Device copies of the rotation signs and the tq codebooks with their thresholds (computed here in
+// float exactly as kv/codecs/tq.cpp does), uploaded once per process and kept for its lifetime.
+struct Tables {
+  Buffer signs, tq4, tq4_thr, tq3, tq3_thr;
+};
+
+const Tables& tables() {
+  static Tables* t = [] {
+    auto* r = new Tables;
+    auto up = [](const float* p, size_t n) {
+      Buffer b(n * 4);
+      b.upload(p, n * 4);
+      return b;
+    };
+    auto thr = [](const float* lv, int k) {
+      std::vector<float> v(size_t(k - 1));
+      for (int i = 0; i + 1 < k; ++i) v[size_t(i)] = 0.5f * (lv[i] + lv[i + 1]);
+      return v;
+    };
+    r->signs = up(kv::rotation_signs(), kv::kRotationMaxDim);
+    r->tq4 = up(kv::tq4_levels().data(), 16);
+    r->tq3 = up(kv::tq3_levels().data(), 8);
+    const auto t4 = thr(kv::tq4_levels().data(), 16), t3 = thr(kv::tq3_levels().data(), 8);
+    r->tq4_thr = up(t4.data(), t4.size());
+    r->tq3_thr = up(t3.data(), t3.size());
+    return r;
+  }();
+  return *t;
+}
+
+detail::EncodeTables tables_for(kv::CodecId c) {
+  const Tables& t = tables();
+  detail::EncodeTables e{t.signs.as<float>(), nullptr, nullptr};
+  if (c == kv::CodecId::tq4) e = {t.signs.as<float>(), t.tq4.as<float>(), t.tq4_thr.as<float>()};
+  if (c == kv::CodecId::tq3) e = {t.signs.as<float>(), t.tq3.as<float>(), t.tq3_thr.as<float>()};
+  return e;
+}
+
+void check_codec(kv::CodecId c, int d) {
+  if (int(c) >= kv::kNumCodecs || !decode_supported(c, d))
+    fail("CUDA KV encode: no kernel for codec {} with head_dim {} (supported: 64, 128, 256)",
+         int(c) < kv::kNumCodecs ? kv::codec(c).name : "?", d);
+}
+
+}  // namespace
+
+void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, int pos0, cudaStream_t s,
+               const int* pos_dev) {
+  check_codec(dst.codec, dst.head_dim);
+  if (n_tok < 0 || pos0 < 0) fail("CUDA KV encode: {} tokens at position {}", n_tok, pos0);
+  if (dst.row_bytes != kv::layout::row_bytes(dst.codec, dst.head_dim))
+    fail("CUDA KV encode: row of {} bytes, codec {} needs {}", dst.row_bytes, kv::codec(dst.codec).name,
+         kv::layout::row_bytes(dst.codec, dst.head_dim));
+  detail::EncodeArgs a{};
+  a.codec = dst.codec;
+  a.d = dst.head_dim;
+  a.n_kv = dst.n_kv_heads;
+  a.n_tok = n_tok;
+  a.pos0 = pos0;
+  a.pos_dev = pos_dev;
+  a.row_bytes = dst.row_bytes;
+  a.k = k;
+  a.v = v;
+  a.pool = dst.pool;
+  a.pages = dst.pages;
+  a.page_bytes = dst.page_bytes;
+  a.head_stride = size_t(detail::kPageTokens) * dst.row_bytes;
+  a.v_offset = size_t(dst.n_kv_heads) * a.head_stride;
+  a.t = tables_for(dst.codec);
+  check(detail::launch_encode(a, s), "KV encode launch");
+}
+
+void encode_rows(kv::CodecId codec, int d, const float* x, int n, uint8_t* rows, cudaStream_t s) {
+  check_codec(codec, d);
+  if (n < 0) fail("CUDA KV encode: {} rows", n);
+  detail::EncodeArgs a{};
+  a.codec = codec;
+  a.d = d;
+  a.n_kv = 1;
+  a.n_tok = n;
+  a.row_bytes = kv::layout::row_bytes(codec, d);
+  a.k = x;
+  a.rows = rows;
+  a.t = tables_for(codec);
+  check(detail::launch_encode(a, s), "KV encode launch");
+}
+
+}  // namespace kvtax::cuda

@@ -1,0 +1,204 @@
+// Per-token kernels. One block per row for the reductions; one thread per value elsewhere. The rotary
+// angles follow the CPU's float steps (theta multiplied pair by pair), so only sinf/cosf differ (<= 2 ulp).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/ops.h"
+#include "ggml/blocks.h"
+
+namespace kvtax::cuda::ops {
+
+namespace {
+
+constexpr int kThreads = 256;
+
+__device__ __forceinline__ float h2f(uint16_t h) { return __half2float(__ushort_as_half(h)); }
+
+// One value of row `row` at column c (any layout embed_supported names).
+template <GgmlType T>
+__device__ float dequant_at(const uint8_t* row, int c) {
+  if constexpr (T == GgmlType::F32) {
+    return reinterpret_cast<const float*>(row)[c];
+  } else if constexpr (T == GgmlType::F16) {
+    return h2f(reinterpret_cast<const uint16_t*>(row)[c]);
+  } else if constexpr (T == GgmlType::BF16) {
+    return __uint_as_float(uint32_t(reinterpret_cast<const uint16_t*>(row)[c]) << 16);
+  } else if constexpr (T == GgmlType::Q8_0) {
+    const uint8_t* b = row + size_t(c / kQK) * sizeof(BlockQ8_0);
+    const uint16_t d = uint16_t(b[0] | (b[1] << 8));  // blocks are only 2-byte aligned
+    return h2f(d) * float(int8_t(b[2 + c % kQK]));
+  } else if constexpr (T == GgmlType::Q4_0) {
+    const uint8_t* b = row + size_t(c / kQK) * sizeof(BlockQ4_0);
+    const uint16_t d = uint16_t(b[0] | (b[1] << 8));
+    const int j = c % kQK;
+    const int q = j < 16 ? (b[2 + j] & 15) : (b[2 + j - 16] >> 4);
+    return h2f(d) * float(q - 8);
+  } else {  // Q4_K: sub-block pairs (2p, 2p+1) share 32 bytes: low nibbles then high nibbles
+    const BlockQ4_K* b = reinterpret_cast<const BlockQ4_K*>(row) + c / kQK_K;
+    const int i = c % kQK_K, sub = i / 32, l = i % 32;
+    uint8_t sc, m;
+    k_scale_min_at(sub, [&](int k) { return b->scales[k]; }, sc, m);
+    const uint8_t q = b->qs[32 * (sub / 2) + l];
+    const int v = sub % 2 ? (q >> 4) : (q & 15);
+    return h2f(b->d) * float(sc) * float(v) - h2f(b->dmin) * float(m);
+  }
+}
+
+template <GgmlType T>
+__global__ void embed_kernel(const uint8_t* table, size_t row_bytes, const int32_t* ids, int d, float* out) {
+  const int t = blockIdx.y;
+  const uint8_t* row = table + size_t(ids[t]) * row_bytes;
+  for (int c = blockIdx.x * blockDim.x + threadIdx.x; c < d; c += gridDim.x * blockDim.x)
+    out[size_t(t) * d + c] = dequant_at<T>(row, c);
+}
+
+// llama.cpp's rounding steps, as the CPU: float squares summed in double, a float mean, 1/sqrtf in float.
+// With y, x += y first (the residual add before the norm).
+__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float* x, const float* y, const float* w, float* out,
+                                                           int n, float eps) {
+  __shared__ double part[kThreads / 32];
+  float* xr = x + size_t(blockIdx.x) * n;
+  double ss = 0;
+  for (int i = threadIdx.x; i < n; i += kThreads) {
+    float v = xr[i];
+    if (y) xr[i] = v = v + y[i];
+    ss += double(__fmul_rn(v, v));
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  double tot = 0;
+  for (int k = 0; k < kThreads / 32; ++k) tot += part[k];
+  const float mean = float(tot / n);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  float* orow = out + size_t(blockIdx.x) * n;
+  for (int i = threadIdx.x; i < n; i += kThreads) orow[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+}
+
+__global__ void add_kernel(float* x, const float* y, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < n) x[i] += y[i];
+}
+
+__global__ void add_rows_kernel(float* x, const float* b, int64_t total, int n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i < total) x[i] += b[i % n];
+}
+
+__global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const float v = g[i];
+  g[i] = __fmul_rn(v / (1.0f + expf(-v)), u[i]);
+}
+
+// grid (n_tok, n_heads), block = dim/2 pairs (<= 512).
+// grid (n_tok, n_heads + n_heads2): heads past n_heads are those of x2 (k next to q in one launch).
+__global__ void rope_kernel(float* x, int n_heads, float* x2, int head_dim, int pos0, const int* pos_dev, RopeParams p) {
+  const int t = blockIdx.x, i = threadIdx.x, half = p.dim / 2;
+  int h = blockIdx.y;
+  if (i >= half) return;
+  if (h >= n_heads) {  // x2 has one token
+    h -= n_heads;
+    x = x2;
+    n_heads = gridDim.y - n_heads;
+  }
+  float theta = float(pos_dev ? pos_dev[t] : pos0 + t);
+  for (int k = 0; k < i; ++k) theta = __fmul_rn(theta, p.theta_scale);
+  const float extrap = theta / (p.factor ? p.factor[i] : 1.0f);
+  float th = __fmul_rn(p.freq_scale, extrap);
+  if (p.ramp) th = __fadd_rn(__fmul_rn(th, 1.0f - p.ramp[i]), __fmul_rn(extrap, p.ramp[i]));
+  const float cs = __fmul_rn(cosf(th), p.mscale), sn = __fmul_rn(sinf(th), p.mscale);
+  float* v = x + (size_t(t) * n_heads + h) * head_dim;
+  const int a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
+  const float x0 = v[a], x1 = v[b];
+  v[a] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
+  v[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+}
+
+__device__ __forceinline__ uint64_t mix(uint64_t z) {  // splitmix64's finaliser
+  z = (z ^ (z >> 30)) * 0xbf58476d1ce4e5b9ull;
+  z = (z ^ (z >> 27)) * 0x94d049bb133111ebull;
+  return z ^ (z >> 31);
+}
+
+__global__ void fill_normal_kernel(float* x, int64_t n, uint64_t seed) {
+  const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
+  if (i >= n) return;
+  const uint64_t r = mix(seed * 0x9e3779b97f4a7c15ull + uint64_t(i));
+  const float u1 = (float(uint32_t(r >> 40)) + 0.5f) * (1.0f / 16777216.0f);  // (0, 1)
+  const float u2 = float(uint32_t(r & 0xffffff)) * (1.0f / 16777216.0f);
+  x[i] = sqrtf(-2.0f * logf(u1)) * cospif(2.0f * u2);  // Box-Muller
+}
+
+unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads); }
+
+}  // namespace
+
+bool embed_supported(GgmlType t) {
+  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
+         t == GgmlType::Q4_0 || t == GgmlType::Q4_K;
+}
+
+cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* ids, int n, int d, float* out,
+                  cudaStream_t s) {
+  const dim3 grid((d + kThreads - 1) / kThreads, n);
+  switch (t) {
+    case GgmlType::F32: embed_kernel<GgmlType::F32><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
+    case GgmlType::F16: embed_kernel<GgmlType::F16><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
+    case GgmlType::BF16: embed_kernel<GgmlType::BF16><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
+    case GgmlType::Q8_0: embed_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
+    case GgmlType::Q4_0: embed_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
+    case GgmlType::Q4_K: embed_kernel<GgmlType::Q4_K><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
+    default: return cudaErrorInvalidValue;
+  }
+  return cudaGetLastError();
+}
+
+cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
+  rmsnorm_kernel<<<rows, kThreads, 0, s>>>(const_cast<float*>(x), nullptr, w, out, n, eps);  // x is only read
+  return cudaGetLastError();
+}
+
+cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s) {
+  rmsnorm_kernel<<<1, kThreads, 0, s>>>(x, y, w, out, n, eps);
+  return cudaGetLastError();
+}
+
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s) {
+  add_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, y, n);
+  return cudaGetLastError();
+}
+
+cudaError_t add_rows(float* x, const float* b, int rows, int n, cudaStream_t s) {
+  add_rows_kernel<<<blocks_for(int64_t(rows) * n), kThreads, 0, s>>>(x, b, int64_t(rows) * n, n);
+  return cudaGetLastError();
+}
+
+cudaError_t silu_mul(float* g, const float* u, int64_t n, cudaStream_t s) {
+  silu_mul_kernel<<<blocks_for(n), kThreads, 0, s>>>(g, u, n);
+  return cudaGetLastError();
+}
+
+cudaError_t rope(float* x, int n_tok, int n_heads, int head_dim, int pos0, const int* pos_dev, const RopeParams& p,
+                 cudaStream_t s) {
+  if (p.dim < 2 || p.dim > head_dim || p.dim > 1024) return cudaErrorInvalidValue;
+  rope_kernel<<<dim3(n_tok, n_heads), (p.dim / 2 + 31) / 32 * 32, 0, s>>>(x, n_heads, nullptr, head_dim, pos0,
+                                                                           pos_dev, p);
+  return cudaGetLastError();
+}
+
+cudaError_t rope_qk(float* q, int n_q, float* k, int n_k, int head_dim, const int* pos_dev, const RopeParams& p,
+                    cudaStream_t s) {
+  if (p.dim < 2 || p.dim > head_dim || p.dim > 1024) return cudaErrorInvalidValue;
+  rope_kernel<<<dim3(1, n_q + n_k), (p.dim / 2 + 31) / 32 * 32, 0, s>>>(q, n_q, k, head_dim, 0, pos_dev, p);
+  return cudaGetLastError();
+}
+
+cudaError_t fill_normal(float* x, int64_t n, uint64_t seed, cudaStream_t s) {
+  if (n <= 0) return cudaSuccess;
+  fill_normal_kernel<<<blocks_for(n), kThreads, 0, s>>>(x, n, seed);
+  return cudaGetLastError();
+}
+
+}  // namespace kvtax::cuda::ops

@@ -1,0 +1,48 @@
+#pragma once
+// The small per-token kernels of a transformer block on the device, each the counterpart of a CPU op in
+// ops/cpu/elementwise.h (same order of float operations where it matters for comparing logits).
+// Plain data in and cudaError_t out: ops.cu holds the kernels, callers check.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "ggml/types.h"
+
+namespace kvtax::cuda::ops {
+
+// Rotary embedding as model/config.h describes it (ops/cpu/elementwise.cpp's Rope).
+struct RopeParams {
+  bool neox = false;          // halves instead of adjacent pairs
+  int dim = 0;                // rotated dims (rope_dim)
+  float theta_scale = 1.0f;   // theta_i = pos * theta_scale^i
+  float freq_scale = 1.0f;
+  float mscale = 1.0f;
+  const float* factor = nullptr;  // device [dim/2] per-pair divisors (llama3), 1 without
+  const float* ramp = nullptr;    // device [dim/2] YaRN mix, or nullptr
+};
+
+bool embed_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_0, Q4_K
+// out[i][:] = row ids[i] of the table (d columns, d a multiple of 256 for the quantized types).
+cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* ids, int n, int d, float* out,
+                  cudaStream_t s);
+// rows vectors of n: out = x / rms(x) * w (out may alias x).
+cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s);
+// x += y, then out = x / rms(x) * w: the residual add and the next norm in one pass (one row of n).
+cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s);
+// x += y over n values; x[r][:] += b[:] for rows of n (bias); g = silu(g) * u.
+cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
+cudaError_t add_rows(float* x, const float* b, int rows, int n, cudaStream_t s);
+cudaError_t silu_mul(float* g, const float* u, int64_t n, cudaStream_t s);
+// n_tok tokens of n_heads vectors of head_dim (x: [n_tok][n_heads][head_dim]) at positions pos_dev[t]
+// (device, read at run time: one graph node serves every position), or pos0 + t without pos_dev.
+cudaError_t rope(float* x, int n_tok, int n_heads, int head_dim, int pos0, const int* pos_dev, const RopeParams& p,
+                 cudaStream_t s);
+
+// One token's q (n_q heads) and k (n_k heads) in one launch, at position *pos_dev.
+cudaError_t rope_qk(float* q, int n_q, float* k, int n_k, int head_dim, const int* pos_dev, const RopeParams& p,
+                    cudaStream_t s);
+// n standard normal values from a counter-based hash of (seed, index) (benchmark KV contents).
+cudaError_t fill_normal(float* x, int64_t n, uint64_t seed, cudaStream_t s);
+
+}  // namespace kvtax::cuda::ops

@@ -1,0 +1,24 @@
+#pragma once
+// What generation drives: one sequence's forward pass over its own KV cache, on the CPU (Forward) or on a
+// device (engine/device.h). Sampling and everything around it stay on the host.
+#include <cstddef>
+#include <cstdint>
+
+namespace kvtax {
+
+class Model;
+
+class Decoder {
+ public:
+  virtual ~Decoder() = default;
+  // Runs n tokens at positions n_past() .. n_past()+n-1 and appends their K/V; logits receives the last
+  // token's logits ([n_vocab]) or, with all_logits, every token's ([n][n_vocab]).
+  virtual void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) = 0;
+  virtual int n_past() const = 0;
+  virtual int max_context() const = 0;
+  virtual int max_batch() const = 0;
+  virtual const Model& model() const = 0;
+  virtual void reset() = 0;  // empty cache, same capacity
+};
+
+}  // namespace kvtax

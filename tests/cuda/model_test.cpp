@@ -1,0 +1,149 @@
+// The whole model on the device vs the CPU backend on the same generated GGUF: logits after a prompt and
+// after each of several decode steps (teacher-forced, so both walk the same tokens). Skips without a GPU.
+//
+// Bound: relative L2 of the logits <= 2e-3 with F16 weights, and the same top token wherever the CPU's
+// top-2 gap is clear. Both store bit-identical KV rows (CudaKvEncode), so what differs is the f32 summation
+// order of GEMV and attention, expf/sinf/cosf ulps, and through them an occasional KV code that rounds the
+// other way (H200, 2026-11-30: f16/fp8/tq3 KV <= 7e-6, q8/q4r KV <= 5.5e-4).
+// Quantized weights: <= 3e-2, because the activations are rounded differently: the device quantizes x to
+// int8 per 32 values with an f32 scale, the CPU per 32 with an f16 scale (Q8_0) or per 256 (Q8_K, for
+// the K-quants) as llama.cpp does (measured 5-7e-3 for Q8_0, 1.3-1.5e-2 for Q4_K).
+#include <gtest/gtest.h>
+
+#include <unistd.h>
+
+#include <cmath>
+#include <cstdio>
+#include <filesystem>
+#include <random>
+
+#include "core/error.h"
+#include "cuda/device_decoder.h"
+#include "model/forward.h"
+#include "model/make_model.h"
+
+namespace kvtax {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
+
+struct Variant {
+  const char* name;
+  GgmlType type;
+  bool llama3_rope, qwen3;
+  double bound;
+};
+
+std::string make(const Variant& v) {
+  MakeModelOptions o;
+  o.spec = arch_spec("tiny");  // d 512, ff 1536, 8 heads / 2 KV heads of 64, byte vocab
+  o.spec.llama3_rope = v.llama3_rope;
+  if (v.qwen3) {  // neox RoPE, per-head q/k RMSNorm, tied output
+    o.spec.gguf_arch = "qwen3";
+    o.spec.qk_norm = true;
+    o.spec.tied_output = true;
+  }
+  o.n_layers = 2;
+  o.type = v.type;
+  o.seed = 11;
+  o.n_threads = 2;
+  o.out_path = (std::filesystem::temp_directory_path() /
+                ("kvtax-cuda-model-" + std::string(v.name) + "-" + std::to_string(getpid()) + ".gguf"))
+                   .string();
+  make_model(o);
+  return o.out_path;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, m = 0;
+  for (size_t i = 0; i < a.size(); ++i) {
+    e += double(a[i] - b[i]) * (a[i] - b[i]);
+    m += double(b[i]) * b[i];
+  }
+  return std::sqrt(e / m);
+}
+
+// Index of the largest value and the gap to the second largest.
+std::pair<int, float> top1(const std::vector<float>& l) {
+  int best = 0;
+  for (int i = 1; i < int(l.size()); ++i)
+    if (l[i] > l[best]) best = i;
+  float second = -INFINITY;
+  for (int i = 0; i < int(l.size()); ++i)
+    if (i != best) second = std::max(second, l[i]);
+  return {best, l[best] - second};
+}
+
+TEST(CudaModel, LogitsMatchCpuBackend) {
+  REQUIRE_GPU();
+  const Variant variants[] = {{"f16", GgmlType::F16, false, false, 2e-3},
+                              {"q4k", GgmlType::Q4_K, false, false, 3e-2},
+                              {"f16-llama3rope", GgmlType::F16, true, false, 2e-3},
+                              {"q8-qwen3", GgmlType::Q8_0, false, true, 3e-2}};
+  const char* codecs[] = {"f16", "fp8", "q8", "q4r", "tq3"};
+  const int n_prompt = 300, n_steps = 8;  // the prompt spans two KV pages
+  for (const Variant& v : variants) {
+    const std::string path = make(v);
+    auto model = Model::load(path);
+    const int n_vocab = int(model->config().n_vocab);
+    std::mt19937 rng(uint32_t(v.type) * 31 + 7);
+    std::vector<int32_t> toks(n_prompt + n_steps);
+    for (auto& t : toks) t = int32_t(rng() % uint32_t(n_vocab));
+    cuda::CudaBackend backend(*model);
+    ThreadPool pool(2);
+    for (const char* codec : codecs) {
+      const KvSpec spec = parse_kv_spec(codec);
+      Forward cpu(*model, spec, n_prompt + n_steps, 128, pool);
+      auto dev = backend.decoder(spec, n_prompt + n_steps, 0);
+      std::vector<float> lc(n_vocab), ld(n_vocab, NAN);
+      double worst = 0;
+      int positions = 0;
+      for (int p = 0; p < n_prompt; p += 128) {  // the CPU prefills in chunks, the device token by token
+        const int n = std::min(128, n_prompt - p);
+        cpu.eval(toks.data() + p, n, lc.data());
+        dev->eval(toks.data() + p, n, ld.data());
+      }
+      for (int s = 0;; ++s) {
+        for (float x : ld) ASSERT_TRUE(std::isfinite(x)) << v.name << " " << codec << ": non-finite logit";
+        const double e = rel_l2(ld, lc);
+        worst = std::max(worst, e);
+        ++positions;
+        EXPECT_LE(e, v.bound) << v.name << " KV " << codec << " step " << s;
+        const auto [tc, gap] = top1(lc);
+        if (gap > 1e-2f * std::fabs(lc[tc]) + 1e-3f) {
+          EXPECT_EQ(top1(ld).first, tc) << v.name << " KV " << codec << " step " << s;
+        }
+        if (s == n_steps) break;
+        cpu.eval(&toks[size_t(n_prompt + s)], 1, lc.data());
+        std::fill(ld.begin(), ld.end(), NAN);  // poison: the device must write every logit
+        dev->eval(&toks[size_t(n_prompt + s)], 1, ld.data());
+      }
+      EXPECT_EQ(dev->n_past(), cpu.n_past());
+      std::printf("[cuda-model] %-15s KV %-4s: worst rel-L2 of logits over %d positions %.2e\n", v.name, codec,
+                  positions, worst);
+    }
+    std::filesystem::remove(path);
+  }
+}
+
+TEST(CudaModel, RejectsWhatTheDeviceDoesNotServe) {
+  REQUIRE_GPU();
+  const std::string path = make({"reject", GgmlType::F16, false, false, 0.0});
+  auto model = Model::load(path);
+  cuda::CudaBackend backend(*model);
+  EXPECT_THROW(backend.decoder(parse_kv_spec("q8/q4"), 100, 0), Error);           // mixed K/V codecs
+  EXPECT_THROW(backend.decoder(parse_kv_spec("f16,window=64"), 100, 0), Error);   // window policy
+  EXPECT_THROW(backend.decoder(parse_kv_spec("f16"), 100000, 1 << 20), Error);     // reservation too small
+  auto dec = backend.decoder(parse_kv_spec("q8"), 300, 0);
+  EXPECT_GE(dec->capacity_tokens(), 300u);
+  std::vector<float> logits(model->config().n_vocab);
+  const int32_t bad = int32_t(model->config().n_vocab);
+  EXPECT_THROW(dec->eval(&bad, 1, logits.data()), Error);
+  std::vector<int32_t> many(301, 1);
+  EXPECT_THROW(dec->eval(many.data(), 301, logits.data()), Error);  // past the context
+  std::filesystem::remove(path);
+}
+
+}  // namespace
+}  // namespace kvtax

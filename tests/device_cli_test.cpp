@@ -1,0 +1,52 @@
+// --device on run and bench: unknown devices and a CUDA device that is not there (or not built in) are
+// clear errors before any work; without --device the CPU path runs as before.
+#include <gtest/gtest.h>
+
+#include <cstdio>
+#include <string>
+
+namespace {
+
+struct CliRun {
+  int status;
+  std::string out;  // stdout and stderr together
+};
+
+CliRun run(const std::string& args) {
+  const std::string cmd = std::string(KVTAX_BINARY) + " " + args + " 2>&1";
+  FILE* p = popen(cmd.c_str(), "r");
+  if (!p) return {-1, ""};
+  std::string out;
+  char buf[4096];
+  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
+  return {pclose(p), out};
+}
+
+const std::string kModel = std::string(KVTAX_SOURCE_DIR) + "/models/kvtax-recall-12m.gguf";
+
+}  // namespace
+
+TEST(DeviceCli, UnknownDeviceIsAnError) {
+  for (const char* cmd : {"run -p hi -n 1", "bench --lengths 1k --passes 1"}) {
+    const CliRun r = run(std::string(cmd) + " -m " + kModel + " --device tpu");
+    EXPECT_NE(r.status, 0) << cmd;
+    EXPECT_NE(r.out.find("--device 'tpu' is unknown (devices in this build: cpu"), std::string::npos) << r.out;
+  }
+}
+
+TEST(DeviceCli, CudaWithoutBackendOrDeviceSaysWhy) {
+  const CliRun r = run("run -m " + kModel + " -p 'The vault code is' -n 4 --device cuda");
+  if (r.status == 0) {  // a CUDA build on a machine with a GPU: it ran and reported the KV capacity
+    EXPECT_NE(r.out.find("KV cache: "), std::string::npos) << r.out;
+    return;
+  }
+  const bool not_built = r.out.find("built without the CUDA backend") != std::string::npos;
+  const bool no_gpu = r.out.find("no CUDA device is visible") != std::string::npos;
+  EXPECT_TRUE(not_built || no_gpu) << r.out;
+}
+
+TEST(DeviceCli, ReserveNeedsADevice) {
+  const CliRun r = run("run -m " + kModel + " -p hi -n 1 --kv-reserve 1GiB");
+  EXPECT_NE(r.status, 0);
+  EXPECT_NE(r.out.find("--kv-reserve applies with --device"), std::string::npos) << r.out;
+}
