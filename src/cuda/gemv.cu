@@ -215,9 +215,10 @@ cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
     if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   const int grid = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  // Rows per warp for the quantized kernels: more rows reuse x more, but leave fewer warps to fill the
-  // SMs on short matrices (4096 rows at 4 per warp is 256 blocks for 132 SMs).
-  const int rpw = g_rows_per_warp > 0 ? g_rows_per_warp : (a.rows >= 16384 ? 4 : 2);
+  // Rows per warp for the quantized kernels: more rows reuse x more but leave fewer warps in flight. On the
+  // H200 (2026-11-30, bench/gpu part a) 2 rows helped Q4_K on 14336x4096 (44 -> 51% of copy bandwidth) and 1
+  // row was best for Q8_0 and Q4_0 (2 and 4 rows lost up to 20%).
+  const int rpw = g_rows_per_warp > 0 ? g_rows_per_warp : (a.type == GgmlType::Q4_K ? 2 : 1);
   switch (a.type) {
     case GgmlType::F32: gemv_kernel<GgmlType::F32><<<grid, kThreads, 0, st>>>(a); break;
     case GgmlType::F16: gemv_kernel<GgmlType::F16><<<grid, kThreads, 0, st>>>(a); break;
