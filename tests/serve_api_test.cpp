@@ -92,10 +92,19 @@ TEST(ServeApi, MetricsRenderHistograms) {
   m.ttft(3);
   m.itl(0.004);
   m.request("/v1/completions", 200);
-  const std::string t = m.render(KvGauges{100, 0, 1000, 64, 0, 0, 16});
+  m.step(3, 40);
+  m.step(1, 1);
+  const std::string t = m.render(KvGauges{.bytes_used = 100, .bytes_admitted = 70, .bytes_reserved = 1000,
+                                          .capacity_tokens = 64, .queue_limit = 16, .parallel = 4});
   EXPECT_NE(t.find("kvtax_time_to_first_token_seconds_bucket{le=\"0.025\"} 1\n"), std::string::npos) << t;
   EXPECT_NE(t.find("kvtax_time_to_first_token_seconds_bucket{le=\"+Inf\"} 2\n"), std::string::npos);
   EXPECT_NE(t.find("kvtax_time_to_first_token_seconds_count 2\n"), std::string::npos);
   EXPECT_NE(t.find("kvtax_requests_total{endpoint=\"/v1/completions\",status=\"200\"} 1\n"), std::string::npos);
   EXPECT_NE(t.find("kvtax_kv_bytes_reserved 1000\n"), std::string::npos);
+  EXPECT_NE(t.find("kvtax_kv_bytes_admitted 70\n"), std::string::npos);
+  EXPECT_NE(t.find("kvtax_parallel_limit 4\n"), std::string::npos);
+  EXPECT_NE(t.find("kvtax_engine_steps_total 2\n"), std::string::npos);
+  EXPECT_NE(t.find("kvtax_engine_batched_steps_total 1\n"), std::string::npos);
+  EXPECT_NE(t.find("kvtax_engine_step_sequences_total 4\n"), std::string::npos);
+  EXPECT_NE(t.find("kvtax_engine_step_tokens_total 41\n"), std::string::npos);
 }

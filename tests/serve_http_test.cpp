@@ -5,7 +5,6 @@
 #include "serve/http_lib.h"
 
 #include <atomic>
-#include <regex>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -16,6 +15,8 @@
 
 using namespace kvtax;
 using json = nlohmann::json;
+using kvtax::testing::metric;
+using kvtax::testing::sse_data;
 
 namespace {
 
@@ -51,25 +52,6 @@ json chat_body(const std::string& content, int max_tokens, bool stream) {
   return b;
 }
 
-// Data payloads of an SSE body.
-std::vector<std::string> sse_data(const std::string& body) {
-  std::vector<std::string> out;
-  size_t pos = 0;
-  while ((pos = body.find("data: ", pos)) != std::string::npos) {
-    const size_t end = body.find("\n\n", pos);
-    out.push_back(body.substr(pos + 6, end - pos - 6));
-    pos = end;
-  }
-  return out;
-}
-
-double metric(const std::string& text, const std::string& name) {
-  const std::regex re("(^|\n)" + name + " ([0-9.e+-]+)");
-  std::smatch m;
-  if (!std::regex_search(text, m, re)) return -1;
-  return std::stod(m[2]);
-}
-
 const std::string kShared =
     "Vault Aurora holds the code QX-4471. Vault Borealis holds the code JM-2208. The keeper counts lamps twice a "
     "night and writes every number into a ledger bound in green leather. ";
@@ -78,7 +60,8 @@ const std::string kShared =
 
 TEST_F(Serve, WholeAndStreamedShapes) {
   kvtax::testing::TestServer s(*model_, options());
-  httplib::Client c("127.0.0.1", s.port());
+  auto cp = kvtax::testing::client(s.port());
+  auto& c = *cp;
   auto h = c.Get("/health");
   ASSERT_TRUE(h);
   EXPECT_EQ(h->status, 200);
@@ -129,7 +112,8 @@ TEST_F(Serve, WholeAndStreamedShapes) {
 
 TEST_F(Serve, PrefixCacheReportsCachedTokens) {
   kvtax::testing::TestServer s(*model_, options());
-  httplib::Client c("127.0.0.1", s.port());
+  auto cp = kvtax::testing::client(s.port());
+  auto& c = *cp;
   auto a = c.Post("/v1/chat/completions", chat_body(kShared + "Summarise.", 4, false).dump(), "application/json");
   ASSERT_TRUE(a);
   auto b = c.Post("/v1/chat/completions", chat_body(kShared + "Which code?", 4, false).dump(), "application/json");
@@ -151,7 +135,8 @@ TEST_F(Serve, PrefixCacheReportsCachedTokens) {
 
 TEST_F(Serve, BadRequestsGetJsonErrors) {
   kvtax::testing::TestServer s(*model_, options());
-  httplib::Client c("127.0.0.1", s.port());
+  auto cp = kvtax::testing::client(s.port());
+  auto& c = *cp;
   const auto post = [&](const std::string& path, const std::string& body) {
     auto r = c.Post(path, body, "application/json");
     EXPECT_TRUE(r);
@@ -194,7 +179,8 @@ TEST_F(Serve, BadRequestsGetJsonErrors) {
 TEST_F(Serve, DisconnectCancelsAndFreesKv) {
   kvtax::testing::TestServer s(*model_, options(/*prefix_cache=*/false));
   {
-    httplib::Client c("127.0.0.1", s.port());
+    auto cp = kvtax::testing::client(s.port());
+    auto& c = *cp;
     httplib::Request req;
     req.method = "POST";
     req.path = "/v1/chat/completions";
@@ -210,7 +196,8 @@ TEST_F(Serve, DisconnectCancelsAndFreesKv) {
     c.send(req, res, err);
     EXPECT_GE(got, 600u);
   }
-  httplib::Client c("127.0.0.1", s.port());
+  auto cp = kvtax::testing::client(s.port());
+  auto& c = *cp;
   std::string m;
   for (int i = 0; i < 100; ++i) {  // the engine notices at its next token
     m = c.Get("/metrics")->body;
@@ -229,8 +216,8 @@ TEST_F(Serve, ConcurrentStreamsAllFinishAndKvIsReleased) {
   std::vector<std::thread> ts;
   for (int i = 0; i < kStreams; ++i)
     ts.emplace_back([&, i] {
-      httplib::Client c("127.0.0.1", s.port());
-      c.set_read_timeout(60, 0);
+      auto cp = kvtax::testing::client(s.port());
+      auto& c = *cp;
       auto r = c.Post("/v1/chat/completions", chat_body("Stream " + std::to_string(i), 6, true).dump(), "application/json");
       if (!r || r->status != 200) return;
       const auto ev = sse_data(r->body);
@@ -238,7 +225,8 @@ TEST_F(Serve, ConcurrentStreamsAllFinishAndKvIsReleased) {
     });
   for (auto& t : ts) t.join();
   EXPECT_EQ(ok, kStreams);
-  httplib::Client c("127.0.0.1", s.port());
+  auto cp = kvtax::testing::client(s.port());
+  auto& c = *cp;
   const std::string m = c.Get("/metrics")->body;
   EXPECT_EQ(metric(m, "kvtax_kv_bytes_used"), 0);
   EXPECT_EQ(metric(m, "kvtax_queue_depth"), 0);
@@ -249,12 +237,14 @@ TEST_F(Serve, ConcurrentStreamsAllFinishAndKvIsReleased) {
 TEST_F(Serve, QueueLimitGives429) {
   auto o = options(false);
   o.engine.queue_limit = 1;
+  o.engine.parallel = 1;  // one running, one waiting: the rest of a burst of six is refused
   kvtax::testing::TestServer s(*model_, o);
   std::atomic<int> n200{0}, n429{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 6; ++i)
     ts.emplace_back([&] {
-      httplib::Client c("127.0.0.1", s.port());
+      auto cp = kvtax::testing::client(s.port());
+      auto& c = *cp;
       auto r = c.Post("/v1/chat/completions", chat_body("q", 40, false).dump(), "application/json");
       if (r && r->status == 200) n200++;
       if (r && r->status == 429 && json::parse(r->body)["error"]["type"] == "rate_limit_exceeded") n429++;

@@ -8,23 +8,63 @@
 
 #include <unistd.h>
 
+#include <regex>
+#include <vector>
+
 #include "model/make_model.h"
 #include "model/model.h"
+#include "serve/http_lib.h"
 #include "serve/server.h"
 
 namespace kvtax::testing {
 
-inline std::string make_tiny_model(const std::string& tag) {
+// d_ff 0: the tiny arch's 1536. The batching tests use 1024: with every matmul row at most one column
+// panel (1024) wide, a Q8_0 product's row does not depend on how many rows share the call, so batched and
+// lone runs choose the same greedy tokens; at 1536 the panels' float sums associate differently and a
+// near-tie in the random model's logits flipped one greedy token in ~500.
+inline std::string make_tiny_model(const std::string& tag, uint32_t d_ff = 0) {
   const std::string path =
       (std::filesystem::temp_directory_path() / ("kvtax-" + tag + "-" + std::to_string(getpid()) + ".gguf")).string();
   MakeModelOptions o;
   o.spec = arch_spec("tiny");
+  if (d_ff) o.spec.d_ff = d_ff;
   o.n_layers = 2;
   o.type = GgmlType::Q8_0;
   o.seed = 5;
   o.out_path = path;
   make_model(o);
   return path;
+}
+
+// A client for the test server. cpp-httplib 0.11's default read and write timeouts are 5 s: a test machine
+// busy with other work (ctest -j, builds, SCHED_IDLE) can stall a request that long, and the request then
+// failed (Serve.WholeAndStreamedShapes flaked so). Waiting is fine; hanging forever is not.
+inline std::unique_ptr<httplib::Client> client(int port) {
+  auto c = std::make_unique<httplib::Client>("127.0.0.1", port);
+  c->set_connection_timeout(30, 0);
+  c->set_read_timeout(120, 0);
+  c->set_write_timeout(120, 0);
+  return c;
+}
+
+// Data payloads of an SSE body.
+inline std::vector<std::string> sse_data(const std::string& body) {
+  std::vector<std::string> out;
+  size_t pos = 0;
+  while ((pos = body.find("data: ", pos)) != std::string::npos) {
+    const size_t end = body.find("\n\n", pos);
+    out.push_back(body.substr(pos + 6, end - pos - 6));
+    pos = end;
+  }
+  return out;
+}
+
+// The value of an unlabelled Prometheus sample, or -1 when absent.
+inline double metric(const std::string& text, const std::string& name) {
+  const std::regex re("(^|\n)" + name + " ([0-9.e+-]+)");
+  std::smatch m;
+  if (!std::regex_search(text, m, re)) return -1;
+  return std::stod(m[2]);
 }
 
 class TestServer {

@@ -25,6 +25,7 @@ struct ServeArgs {
   int port = 8080;
   bool no_prefix_cache = false;
   size_t max_queue = 16;
+  int parallel = 4;
   std::string max_body = "8MiB";
   int default_max_tokens = 256;
   double grace_s = 30;
@@ -46,13 +47,12 @@ void serve(const ServeArgs& a) {
   const ModelConfig& c = model->config();
   const KvSpec spec = a.engine.kv_spec();
   int ctx = a.engine.ctx > 0 ? a.engine.ctx : int(std::min<uint32_t>(c.context_length ? c.context_length : 4096, 32768));
-  size_t reserve = 0;
+  size_t reserve = 0;  // shared by every sequence; the scheduler caps one sequence's context to what it holds
   if (!a.reserve.empty()) {
     reserve = harness::parse_bytes(a.reserve);
     const size_t cap = KvCache::capacity(KvShape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)}, spec, reserve,
                                          a.engine.batch);
     if (cap < 2) fail("--kv-reserve {} holds no sequence under KV spec {}", a.reserve, spec.str());
-    if (cap < size_t(ctx)) ctx = int(cap);
   }
   serve::ServerOptions o;
   o.host = a.host;
@@ -65,12 +65,16 @@ void serve(const ServeArgs& a) {
   o.engine.batch = a.engine.batch;
   o.engine.threads = a.engine.threads;
   o.engine.queue_limit = a.max_queue;
+  o.engine.parallel = a.parallel;
+  o.engine.kv_budget = reserve;
   o.engine.prefix_cache = !a.no_prefix_cache;
   serve::Server server(*model, o);
   const int port = server.bind();
-  std::fprintf(stderr, "kvtax serve: listening on http://%s:%d/v1 (model '%s', context %d tokens, KV %s%s)\n",
-               a.host.c_str(), port, o.model_name.c_str(), ctx, spec.str().c_str(),
-               o.engine.prefix_cache ? ", prefix cache" : "");
+  std::fprintf(stderr,
+               "kvtax serve: listening on http://%s:%d/v1 (model '%s', context %d tokens, %d sequences at once, "
+               "KV %s, %.1f MiB budget%s)\n",
+               a.host.c_str(), port, o.model_name.c_str(), server.max_context(), a.parallel, spec.str().c_str(),
+               double(server.kv_budget()) / (1 << 20), o.engine.prefix_cache ? ", prefix cache" : "");
   std::fflush(stderr);
   std::atomic<bool> listen_returned{false};
   std::thread listener([&] {
@@ -94,8 +98,10 @@ const bool registered = add_command({"serve", "OpenAI-compatible HTTP server (ch
   sub.add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub.add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   sub.add_option("--name", a->name, "Model id clients name (default: the file name without .gguf)");
-  sub.add_option("--kv-reserve", a->reserve, "KV reservation (e.g. 2GiB); limits the tokens a sequence may hold");
+  sub.add_option("--kv-reserve", a->reserve, "KV budget shared by all sequences (e.g. 2GiB; default: --parallel full contexts)");
   sub.add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse cached prompt prefixes across requests");
+  sub.add_option("--parallel", a->parallel, "Sequences decoded together in one batched step (default 4)")
+      ->check(CLI::Range(1, 256));
   sub.add_option("--max-queue", a->max_queue, "Requests that may wait for the engine before 429 (default 16)");
   sub.add_option("--max-body", a->max_body, "Largest request body (default 8MiB)");
   sub.add_option("--default-max-tokens", a->default_max_tokens, "Tokens to generate when a request sets none")

@@ -20,6 +20,10 @@ std::vector<float> log_softmax(const float* l, int n) {
   return out;
 }
 
+}  // namespace
+
+namespace detail {
+
 // Streams text while holding back anything that could still become a stop string.
 class StopScanner {
  public:
@@ -57,81 +61,104 @@ class StopScanner {
   bool cancelled_ = false;
 };
 
-}  // namespace
+}  // namespace detail
+
+using detail::StopScanner;
+
+Generation::Generation(const tok::Tokenizer& tokenizer, int n_vocab, const std::vector<int32_t>& prompt,
+                       const GenerateOptions& o, int n_past, int max_context)
+    : tokenizer_(tokenizer), o_(o), prompt_(prompt), sampler_(o.sampler), logits_(size_t(n_vocab)),
+      n_past_(n_past), max_context_(max_context) {
+  if (prompt_.empty()) fail("empty prompt");
+  if (o_.cached_prefix < 0 || size_t(o_.cached_prefix) >= prompt_.size() || o_.cached_prefix > n_past)
+    fail("generate: cached prefix of {} tokens is invalid for a {}-token prompt and {} cached tokens", o_.cached_prefix,
+         prompt_.size(), n_past);
+  cursor_ = size_t(o_.cached_prefix);
+  const int room = max_context - n_past;
+  if (int(prompt_.size() - cursor_) > room)
+    fail("context overflow: the prompt has {} tokens but only {} of the {}-token context are free",
+         prompt_.size() - cursor_, room, max_context);
+  scanner_ = std::make_unique<StopScanner>(o_);
+  GenerateStats& st = out_.stats;
+  st.prompt_tokens = int(prompt_.size());
+  st.cached_tokens = int(cursor_);
+  for (int32_t t : prompt_) sampler_.accept(t);
+  max_new_ = o_.teacher ? int(o_.teacher->size()) : o_.max_tokens;
+  t0_ = now_seconds();
+}
+
+Generation::~Generation() = default;
+
+bool Generation::cancelled() const { return o_.cancel && o_.cancel->load(std::memory_order_relaxed); }
+
+std::span<const int32_t> Generation::next(int max_tokens) {
+  if (done_) return {};
+  if (cursor_ < prompt_.size()) {
+    if (cancelled()) {
+      out_.stats.stop_reason = "cancel";
+      out_.stats.prefill_s = out_.stats.total_s = now_seconds() - t0_;
+      done_ = true;
+      return {};
+    }
+    const size_t chunk = size_t(std::max(1, std::min(o_.prefill_chunk, max_tokens)));
+    pending_ = int(std::min(chunk, prompt_.size() - cursor_));
+    return {prompt_.data() + cursor_, size_t(pending_)};
+  }
+  pending_ = 1;
+  return {&next_token_, 1};
+}
+
+void Generation::advance() {
+  if (done_ || pending_ == 0) fail("generation: advance() without tokens from next()");
+  n_past_ += pending_;
+  if (cursor_ < prompt_.size()) {
+    cursor_ += size_t(pending_);
+    pending_ = 0;
+    if (cursor_ < prompt_.size()) return;
+    t_last_ = now_seconds();
+    out_.stats.prefill_s = t_last_ - t0_;
+  }
+  pending_ = 0;
+  sample();
+}
+
+void Generation::sample() {
+  GenerateStats& st = out_.stats;
+  const int i = st.generated_tokens;
+  if (i >= max_new_) return finish("");  // nothing to generate (max_tokens 0, empty teacher)
+  const int n_vocab = int(logits_.size());
+  if (o_.teacher || o_.want_logprobs) out_.logprobs.push_back(log_softmax(logits_.data(), n_vocab));
+  const int32_t next = o_.teacher ? (*o_.teacher)[size_t(i)] : sampler_.sample(logits_.data(), n_vocab);
+  const double now = now_seconds();
+  if (i == 0) st.ttft_s = now - t0_;
+  else st.itl_s.push_back(now - t_last_);
+  t_last_ = now;
+  out_.tokens.push_back(next);
+  st.generated_tokens++;
+  if (o_.stop_at_eog && !o_.teacher && tokenizer_.is_eog(next)) return finish("eog");
+  if (scanner_->add(tokenizer_.token_piece(next), out_.text)) return finish("stop");
+  if (scanner_->cancelled() || cancelled()) return finish("cancel");
+  if (i + 1 == max_new_) return finish("length");
+  if (n_past_ >= max_context_) return finish("context");
+  next_token_ = next;
+}
+
+void Generation::finish(const char* reason) {
+  GenerateStats& st = out_.stats;
+  st.stop_reason = reason;
+  if (st.stop_reason != "stop") scanner_->finish(out_.text);
+  st.decode_s = t_last_ - (t0_ + st.ttft_s);
+  st.total_s = now_seconds() - t0_;
+  done_ = true;
+}
 
 GenerateOutput generate(Decoder& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
-  const tok::Tokenizer& tokenizer = fw.model().tokenizer();
-  const int n_vocab = int(fw.model().config().n_vocab);
-  if (prompt.empty()) fail("empty prompt");
-  if (o.cached_prefix < 0 || size_t(o.cached_prefix) >= prompt.size() || o.cached_prefix > fw.n_past())
-    fail("generate: cached prefix of {} tokens is invalid for a {}-token prompt and {} cached tokens", o.cached_prefix,
-         prompt.size(), fw.n_past());
-  const size_t first = size_t(o.cached_prefix);
-  const int room = fw.max_context() - fw.n_past();
-  if (int(prompt.size() - first) > room)
-    fail("context overflow: the prompt has {} tokens but only {} of the {}-token context are free",
-         prompt.size() - first, room, fw.max_context());
-
-  GenerateOutput out;
-  GenerateStats& st = out.stats;
-  st.prompt_tokens = int(prompt.size());
-  st.cached_tokens = int(first);
-  Sampler sampler(o.sampler);
-  for (int32_t t : prompt) sampler.accept(t);
-  std::vector<float> logits(static_cast<size_t>(n_vocab));
-
-  const double t0 = now_seconds();
-  const size_t chunk = size_t(std::max(1, std::min(o.prefill_chunk, fw.max_batch())));
-  const auto cancelled = [&] { return o.cancel && o.cancel->load(std::memory_order_relaxed); };
-  for (size_t i = first; i < prompt.size(); i += chunk) {
-    if (cancelled()) {
-      st.stop_reason = "cancel";
-      st.prefill_s = st.total_s = now_seconds() - t0;
-      return out;
-    }
-    fw.eval(prompt.data() + i, int(std::min(chunk, prompt.size() - i)), logits.data());
+  Generation g(fw.model().tokenizer(), int(fw.model().config().n_vocab), prompt, o, fw.n_past(), fw.max_context());
+  for (auto t = g.next(fw.max_batch()); !t.empty(); t = g.next(fw.max_batch())) {
+    fw.eval(t.data(), int(t.size()), g.logits());
+    g.advance();
   }
-  const double t_prefill = now_seconds();
-  st.prefill_s = t_prefill - t0;
-
-  StopScanner scanner(o);
-  double t_last = t_prefill;
-  const int max_new = o.teacher ? int(o.teacher->size()) : o.max_tokens;
-  for (int i = 0; i < max_new; ++i) {
-    if (o.teacher || o.want_logprobs) out.logprobs.push_back(log_softmax(logits.data(), n_vocab));
-    const int32_t next = o.teacher ? (*o.teacher)[size_t(i)] : sampler.sample(logits.data(), n_vocab);
-    const double now = now_seconds();
-    if (i == 0) st.ttft_s = now - t0;
-    else st.itl_s.push_back(now - t_last);
-    t_last = now;
-    out.tokens.push_back(next);
-    st.generated_tokens++;
-    if (o.stop_at_eog && !o.teacher && tokenizer.is_eog(next)) {
-      st.stop_reason = "eog";
-      break;
-    }
-    if (scanner.add(tokenizer.token_piece(next), out.text)) {
-      st.stop_reason = "stop";
-      break;
-    }
-    if (scanner.cancelled() || cancelled()) {
-      st.stop_reason = "cancel";
-      break;
-    }
-    if (i + 1 == max_new) {
-      st.stop_reason = "length";
-      break;
-    }
-    if (fw.n_past() >= fw.max_context()) {
-      st.stop_reason = "context";
-      break;
-    }
-    fw.eval(&next, 1, logits.data());
-  }
-  if (st.stop_reason != "stop") scanner.finish(out.text);
-  st.decode_s = t_last - (t0 + st.ttft_s);
-  st.total_s = now_seconds() - t0;
-  return out;
+  return g.take_output();
 }
 
 }  // namespace kvtax

@@ -3,11 +3,14 @@
 #include <atomic>
 #include <cstdint>
 #include <functional>
+#include <memory>
+#include <span>
 #include <string>
 #include <vector>
 
 #include "engine/sampler.h"
 #include "model/forward.h"
+#include "tokenizer/tokenizer.h"
 
 namespace kvtax {
 
@@ -48,6 +51,52 @@ struct GenerateOutput {
   std::string text;
   GenerateStats stats;
   std::vector<std::vector<float>> logprobs;  // with teacher forcing or GenerateOptions::teacher: per position
+};
+
+namespace detail { class StopScanner; }
+
+// One sequence's generation, stepped from outside: the caller evaluates what next() returns (alone, or
+// batched with other sequences in one ForwardPass call), writes the last token's logits to logits() and
+// calls advance(). generate() below drives one Generation over a Forward to its end.
+class Generation {
+ public:
+  // n_past: tokens already in the sequence's cache (o.cached_prefix of them are the prompt's first tokens);
+  // max_context: the most tokens that cache may hold. Throws kvtax::Error on an invalid prompt or prefix.
+  Generation(const tok::Tokenizer& tokenizer, int n_vocab, const std::vector<int32_t>& prompt,
+             const GenerateOptions& o, int n_past, int max_context);
+  ~Generation();
+  Generation(const Generation&) = delete;
+  Generation& operator=(const Generation&) = delete;
+
+  // The tokens to evaluate next: a prefill chunk of at most max_tokens, or the last sampled token.
+  // Empty once done() (cancellation is noticed here, before a chunk, and after each sampled token).
+  std::span<const int32_t> next(int max_tokens);
+  float* logits() { return logits_.data(); }  // [n_vocab]: the last evaluated token's logits go here
+  void advance();                             // after evaluating what next() returned
+  bool done() const { return done_; }
+  bool prefilling() const { return !done_ && cursor_ < prompt_.size(); }
+  int n_past() const { return n_past_; }      // tokens in the sequence's cache, by this generation's count
+  const GenerateOutput& output() const { return out_; }
+  GenerateOutput take_output() { return std::move(out_); }
+
+ private:
+  bool cancelled() const;
+  void sample();  // the decode loop's body: sample, record, check every stop condition
+  void finish(const char* reason);
+
+  const tok::Tokenizer& tokenizer_;
+  GenerateOptions o_;
+  std::vector<int32_t> prompt_;
+  Sampler sampler_;
+  std::vector<float> logits_;
+  std::unique_ptr<detail::StopScanner> scanner_;
+  GenerateOutput out_;
+  size_t cursor_ = 0;  // next prompt token to evaluate
+  int pending_ = 0;    // tokens handed out by next() and not yet advanced over
+  int n_past_ = 0, max_context_ = 0, max_new_ = 0;
+  int32_t next_token_ = 0;
+  bool done_ = false;
+  double t0_ = 0, t_last_ = 0;
 };
 
 // Continues the sequence in `fw` (its cache may hold a prefix already) with `prompt`, then generates.

@@ -7,13 +7,23 @@ namespace kvtax {
 Session::Session(const Model& m, const KvSpec& kv, int max_context, int max_batch, ThreadPool& pool)
     : fw_(m, kv, max_context, max_batch, pool) {}
 
-int Session::reusable(const std::vector<int32_t>& prompt) const {
+int reusable_prefix(const std::vector<int32_t>& cached, const KvCache& cache, const std::vector<int32_t>& prompt) {
   if (prompt.empty()) return 0;
-  const size_t limit = std::min(tokens_.size(), prompt.size() - 1);
+  const size_t limit = std::min({cached.size(), prompt.size() - 1, size_t(cache.n_past())});
   size_t n = 0;
-  while (n < limit && tokens_[n] == prompt[n]) ++n;
-  return fw_.cache().reusable_prefix(int(n));
+  while (n < limit && cached[n] == prompt[n]) ++n;
+  return cache.reusable_prefix(int(n));
 }
+
+void cached_after(std::vector<int32_t>& cached, const std::vector<int32_t>& prompt, const std::vector<int32_t>& answer,
+                  int n_past) {
+  const size_t n = size_t(std::max(0, n_past));
+  cached.assign(prompt.begin(), prompt.begin() + std::ptrdiff_t(std::min(n, prompt.size())));
+  if (n > prompt.size())
+    cached.insert(cached.end(), answer.begin(), answer.begin() + std::ptrdiff_t(std::min(n - prompt.size(), answer.size())));
+}
+
+int Session::reusable(const std::vector<int32_t>& prompt) const { return reusable_prefix(tokens_, fw_.cache(), prompt); }
 
 void Session::reset() {
   fw_.reset();
@@ -39,12 +49,7 @@ GenerateOutput Session::generate(const std::vector<int32_t>& prompt, GenerateOpt
     }
     throw;
   }
-  // The cache now holds the prompt (all of it unless cancelled during prefill) and the answer tokens that
-  // were fed back (not the last one sampled).
-  const size_t n = size_t(fw_.n_past());
-  tokens_.assign(prompt.begin(), prompt.begin() + std::ptrdiff_t(std::min(n, prompt.size())));
-  if (n > prompt.size())
-    tokens_.insert(tokens_.end(), out.tokens.begin(), out.tokens.begin() + std::ptrdiff_t(n - prompt.size()));
+  cached_after(tokens_, prompt, out.tokens, fw_.n_past());
   return out;
 }
 

@@ -9,6 +9,15 @@
 
 namespace kvtax {
 
+// The prefix rules, shared with the server's batched sequences (serve/scheduler.h):
+// how many of `prompt`'s tokens a cache holding `cached` (its token at each position) can keep: the longest
+// common prefix, at most prompt.size() - 1, cut to what the KV policy can truncate exactly.
+int reusable_prefix(const std::vector<int32_t>& cached, const KvCache& cache, const std::vector<int32_t>& prompt);
+// What the cache holds after a generation over `prompt` left it at n_past tokens: the prompt (all of it
+// unless cancelled during prefill), then the answer tokens that were fed back (not the last one sampled).
+void cached_after(std::vector<int32_t>& cached, const std::vector<int32_t>& prompt, const std::vector<int32_t>& answer,
+                  int n_past);
+
 class Session {
  public:
   Session(const Model& m, const KvSpec& kv, int max_context, int max_batch, ThreadPool& pool);

@@ -54,6 +54,14 @@ void Metrics::cancelled() {
   cancelled_++;
 }
 
+void Metrics::step(int sequences, int rows) {
+  std::lock_guard lk(mu_);
+  steps_++;
+  step_seqs_ += uint64_t(sequences);
+  step_rows_ += uint64_t(rows);
+  batched_steps_ += sequences > 1;
+}
+
 std::string Metrics::render(const KvGauges& g) const {
   std::lock_guard lk(mu_);
   std::string o;
@@ -70,6 +78,16 @@ std::string Metrics::render(const KvGauges& g) const {
       "# HELP kvtax_requests_cancelled_total Generations stopped because the client went away.\n"
       "# TYPE kvtax_requests_cancelled_total counter\nkvtax_requests_cancelled_total {}\n",
       prompt_, cached_, generated_, cancelled_);
+  o += fmt::format(
+      "# HELP kvtax_engine_steps_total Engine steps (one batched forward pass each).\n"
+      "# TYPE kvtax_engine_steps_total counter\nkvtax_engine_steps_total {}\n"
+      "# HELP kvtax_engine_batched_steps_total Engine steps that ran more than one sequence.\n"
+      "# TYPE kvtax_engine_batched_steps_total counter\nkvtax_engine_batched_steps_total {}\n"
+      "# HELP kvtax_engine_step_sequences_total Sequences summed over engine steps.\n"
+      "# TYPE kvtax_engine_step_sequences_total counter\nkvtax_engine_step_sequences_total {}\n"
+      "# HELP kvtax_engine_step_tokens_total Tokens (decode and prefill) summed over engine steps.\n"
+      "# TYPE kvtax_engine_step_tokens_total counter\nkvtax_engine_step_tokens_total {}\n",
+      steps_, batched_steps_, step_seqs_, step_rows_);
   o += "# HELP kvtax_time_to_first_token_seconds Request arrival to first generated token (queue wait included).\n"
        "# TYPE kvtax_time_to_first_token_seconds histogram\n";
   o += ttft_.render("kvtax_time_to_first_token_seconds");
@@ -81,7 +99,9 @@ std::string Metrics::render(const KvGauges& g) const {
       "# TYPE kvtax_kv_bytes_used gauge\nkvtax_kv_bytes_used {}\n"
       "# HELP kvtax_kv_bytes_active KV cache bytes held by running requests.\n"
       "# TYPE kvtax_kv_bytes_active gauge\nkvtax_kv_bytes_active {}\n"
-      "# HELP kvtax_kv_bytes_reserved KV cache reservation.\n# TYPE kvtax_kv_bytes_reserved gauge\n"
+      "# HELP kvtax_kv_bytes_admitted KV bytes running requests were admitted with (their prompt + max_tokens).\n"
+      "# TYPE kvtax_kv_bytes_admitted gauge\nkvtax_kv_bytes_admitted {}\n"
+      "# HELP kvtax_kv_bytes_reserved KV budget shared by every sequence.\n# TYPE kvtax_kv_bytes_reserved gauge\n"
       "kvtax_kv_bytes_reserved {}\n"
       "# HELP kvtax_kv_capacity_tokens Tokens one sequence may hold within the reservation and context.\n"
       "# TYPE kvtax_kv_capacity_tokens gauge\nkvtax_kv_capacity_tokens {}\n"
@@ -90,8 +110,11 @@ std::string Metrics::render(const KvGauges& g) const {
       "# HELP kvtax_queue_limit Requests that may wait before new ones get 429.\n# TYPE kvtax_queue_limit gauge\n"
       "kvtax_queue_limit {}\n"
       "# HELP kvtax_requests_running Requests the engine is generating for.\n# TYPE kvtax_requests_running gauge\n"
-      "kvtax_requests_running {}\n",
-      g.bytes_used, g.bytes_active, g.bytes_reserved, g.capacity_tokens, g.queue_depth, g.queue_limit, g.running);
+      "kvtax_requests_running {}\n"
+      "# HELP kvtax_parallel_limit Sequences the engine decodes together.\n# TYPE kvtax_parallel_limit gauge\n"
+      "kvtax_parallel_limit {}\n",
+      g.bytes_used, g.bytes_active, g.bytes_admitted, g.bytes_reserved, g.capacity_tokens, g.queue_depth,
+      g.queue_limit, g.running, g.parallel);
   return o;
 }
 

@@ -26,8 +26,8 @@ class Histogram {
 
 // Gauges the engine side reports when /metrics is read.
 struct KvGauges {
-  size_t bytes_used = 0, bytes_active = 0, bytes_reserved = 0, capacity_tokens = 0;
-  size_t queue_depth = 0, running = 0, queue_limit = 0;
+  size_t bytes_used = 0, bytes_active = 0, bytes_admitted = 0, bytes_reserved = 0, capacity_tokens = 0;
+  size_t queue_depth = 0, running = 0, queue_limit = 0, parallel = 0;
 };
 
 class Metrics {
@@ -38,12 +38,14 @@ class Metrics {
   void ttft(double s);
   void itl(double s);
   void cancelled();
+  void step(int sequences, int rows);  // one engine step: sequences batched, token rows evaluated
   std::string render(const KvGauges& g) const;
 
  private:
   mutable std::mutex mu_;
   std::map<std::pair<std::string, int>, uint64_t> requests_;
   uint64_t prompt_ = 0, cached_ = 0, generated_ = 0, cancelled_ = 0;
+  uint64_t steps_ = 0, step_seqs_ = 0, step_rows_ = 0, batched_steps_ = 0;
   Histogram ttft_, itl_;
 };
 

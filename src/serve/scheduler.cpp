@@ -6,6 +6,10 @@
 #include "core/error.h"
 #include "core/timer.h"
 
+#include <algorithm>
+
+#include <fmt/format.h>
+
 namespace kvtax::serve {
 
 std::string Job::take(double timeout_s, bool& done) {
@@ -35,9 +39,44 @@ void Job::finish(const GenerateStats& st, std::optional<ApiError> err) {
   cv_.notify_all();
 }
 
+// One sequence the engine can run: its own KV cache (and the tokens it holds, the prefix cache) and, while
+// a request runs on it, that request's generation.
+struct Scheduler::Slot {
+  std::unique_ptr<KvCache> cache;
+  std::vector<int32_t> tokens;  // token at each committed cache position
+  std::shared_ptr<Job> job;     // null when idle
+  std::unique_ptr<Generation> gen;
+  size_t need = 0;              // KV bytes the running request was admitted with
+  uint64_t stamp = 0;           // admission order while running; last use while idle
+  double t_start = 0;
+};
+
+namespace {
+
+KvShape shape_of(const Model& m) {
+  const auto& c = m.config();
+  return {int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};
+}
+
+}  // namespace
+
 Scheduler::Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics)
-    : model_(m), cfg_(c), metrics_(metrics), pool_(c.threads), session_(m, c.kv, c.max_context, c.batch, pool_) {
-  reserved_ = session_.cache().bytes_reserved();
+    : model_(m), cfg_(c), metrics_(metrics), pool_(c.threads), pass_(m, std::max(1, c.batch), pool_) {
+  if (cfg_.parallel < 1) fail("serve: --parallel must be >= 1, got {}", cfg_.parallel);
+  if (cfg_.batch < cfg_.parallel)
+    fail("serve: the step of {} tokens (--batch) cannot hold one token for each of {} sequences (--parallel)",
+         cfg_.batch, cfg_.parallel);
+  const KvShape shape = shape_of(m);
+  budget_ = cfg_.kv_budget ? cfg_.kv_budget
+                           : size_t(cfg_.parallel) * KvCache::bytes_needed(shape, cfg_.kv, size_t(cfg_.max_context), cfg_.batch);
+  const size_t cap = KvCache::capacity(shape, cfg_.kv, budget_, cfg_.batch);
+  if (cap < 2) fail("serve: a KV budget of {} bytes holds no sequence under KV spec {}", budget_, cfg_.kv.str());
+  if (cap < size_t(cfg_.max_context)) cfg_.max_context = int(cap);
+  for (int i = 0; i < cfg_.parallel; ++i) {
+    auto s = std::make_unique<Slot>();
+    s->cache = std::make_unique<KvCache>(shape, cfg_.kv, size_t(cfg_.max_context), cfg_.batch);
+    slots_.push_back(std::move(s));
+  }
   thread_ = std::thread([this] { worker(); });
 }
 
@@ -60,9 +99,9 @@ void Scheduler::drain(double grace_s) {
     std::unique_lock lk(mu_);
     stopping_ = true;
     cv_.notify_all();
-    cv_.wait_for(lk, std::chrono::duration<double>(grace_s), [&] { return queue_.empty() && !running_; });
+    cv_.wait_for(lk, std::chrono::duration<double>(grace_s), [&] { return queue_.empty() && running_.empty(); });
     for (auto& j : queue_) j->cancel = true;
-    if (running_) running_->cancel = true;
+    for (auto& j : running_) j->cancel = true;
   }
   cv_.notify_all();
   if (thread_.joinable()) thread_.join();
@@ -72,74 +111,204 @@ KvGauges Scheduler::gauges() const {
   KvGauges g;
   g.bytes_used = kv_used_;
   g.bytes_active = kv_active_;
-  g.bytes_reserved = reserved_;
+  g.bytes_admitted = kv_admitted_;
+  g.bytes_reserved = budget_;
   g.capacity_tokens = size_t(cfg_.max_context);
+  g.parallel = size_t(cfg_.parallel);
   std::lock_guard lk(mu_);
   g.queue_depth = queue_.size();
-  g.running = running_ ? 1 : 0;
+  g.running = running_.size();
   g.queue_limit = cfg_.queue_limit;
   return g;
 }
 
+size_t Scheduler::need_bytes(const Job& job) const {
+  const size_t tokens = std::min(job.prompt.size() + size_t(std::max(job.max_tokens, 0)), size_t(cfg_.max_context));
+  return KvCache::bytes_needed(shape_of(model_), cfg_.kv, tokens, cfg_.batch);
+}
+
+void Scheduler::update_gauges() {
+  size_t used = 0, active = 0, admitted = 0;
+  for (const auto& s : slots_) {
+    used += s->cache->bytes_used();
+    if (s->job) active += s->cache->bytes_used(), admitted += s->need;
+  }
+  kv_used_ = used;
+  kv_active_ = active;
+  kv_admitted_ = admitted;
+}
+
 void Scheduler::worker() {
   for (;;) {
-    std::shared_ptr<Job> job;
     {
       std::unique_lock lk(mu_);
-      cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
-      if (queue_.empty()) return;  // stopping and nothing left
-      job = queue_.front();
-      queue_.pop_front();
-      running_ = job;
+      admit();
+      if (running_.empty()) {
+        if (stopping_ && queue_.empty()) return;
+        cv_.wait(lk, [&] { return stopping_ || !queue_.empty(); });
+        continue;
+      }
     }
-    run(*job);
-    {
-      std::lock_guard lk(mu_);
-      running_.reset();
-    }
-    cv_.notify_all();
+    step();
   }
 }
 
-void Scheduler::run(Job& job) {
-  GenerateStats st;
-  std::optional<ApiError> err;
-  if (job.cancel) {
-    st.stop_reason = "cancel";
-    job.finish(st, std::nullopt);
-    metrics_.cancelled();
-    return;
+void Scheduler::admit() {
+  while (!queue_.empty()) {
+    const std::shared_ptr<Job> job = queue_.front();
+    if (job->cancel) {  // gone before it started
+      queue_.pop_front();
+      GenerateStats st;
+      st.stop_reason = "cancel";
+      metrics_.cancelled();
+      job->finish(st, std::nullopt);
+      continue;
+    }
+    // The idle slot that serves this prompt best: the longest reusable prefix, else the least recently used.
+    Slot* best = nullptr;
+    int best_keep = -1;
+    size_t held = 0;  // KV that running requests were admitted with plus what idle caches hold
+    for (auto& s : slots_) {
+      if (s->job) {
+        held += s->need;
+        continue;
+      }
+      held += s->cache->bytes_used();
+      const int keep = cfg_.prefix_cache && job->reuse ? reusable_prefix(s->tokens, *s->cache, job->prompt) : 0;
+      if (!best || keep > best_keep || (keep == best_keep && s->stamp < best->stamp)) best = s.get(), best_keep = keep;
+    }
+    if (!best) return;  // every sequence is running
+    // Room for the request: the budget less what others hold; idle prefix caches go, oldest first, if needed.
+    const size_t need = need_bytes(*job);
+    size_t others = held - best->cache->bytes_used();
+    while (others + need > budget_) {
+      Slot* victim = nullptr;
+      for (auto& s : slots_)
+        if (!s->job && s.get() != best && s->cache->bytes_used() > 0 && (!victim || s->stamp < victim->stamp))
+          victim = s.get();
+      if (!victim) break;
+      others -= victim->cache->bytes_used();
+      victim->cache->clear();
+      victim->tokens.clear();
+    }
+    if (others + need > budget_) {
+      if (!running_.empty()) return;  // the head waits for running requests to free KV
+      // Nothing runs and nothing is cached: it can never fit (submit's context check should have said so).
+      queue_.pop_front();
+      job->finish(GenerateStats{}, ApiError(400, "invalid_request_error",
+                                            fmt::format("the request needs {} KV bytes; the budget is {}", need, budget_),
+                                            "max_tokens", "context_length_exceeded"));
+      continue;
+    }
+    queue_.pop_front();
+    best->need = need;
+    if (start(*best, job)) running_.push_back(job);
   }
-  const double t_start = now_seconds();
+}
+
+bool Scheduler::start(Slot& slot, const std::shared_ptr<Job>& job) {
+  const int keep = cfg_.prefix_cache && job->reuse ? reusable_prefix(slot.tokens, *slot.cache, job->prompt) : 0;
   GenerateOptions o;
-  o.max_tokens = job.max_tokens;
+  o.max_tokens = job->max_tokens;
   o.prefill_chunk = cfg_.batch;
-  o.sampler = job.sampler;
-  o.stop = job.stop;
-  o.cancel = &job.cancel;
-  o.on_text = [&](const std::string& s) {
-    kv_used_ = kv_active_ = session_.cache().bytes_used();
-    job.push(s);
-    return !job.cancel.load();
+  o.sampler = job->sampler;
+  o.stop = job->stop;
+  o.cancel = &job->cancel;
+  o.cached_prefix = keep;
+  Job* j = job.get();
+  o.on_text = [j](const std::string& s) {
+    j->push(s);
+    return !j->cancel.load();
   };
   try {
-    st = session_.generate(job.prompt, o, cfg_.prefix_cache && job.reuse).stats;
-  } catch (const std::bad_alloc&) {
-    err = ApiError(503, "server_error", "out of memory while generating");
+    slot.cache->truncate(keep);
+    slot.tokens.resize(size_t(keep));
+    slot.gen = std::make_unique<Generation>(model_.tokenizer(), int(model_.config().n_vocab), job->prompt, o, keep,
+                                            cfg_.max_context);
   } catch (const std::exception& e) {
-    err = ApiError(500, "server_error", e.what());
+    slot.cache->clear();
+    slot.tokens.clear();
+    slot.need = 0;
+    job->finish(GenerateStats{}, ApiError(400, "invalid_request_error", e.what()));
+    return false;
   }
-  // A cancelled request frees its KV; without the prefix cache nothing outlives a request.
-  if (err || st.stop_reason == "cancel" || !cfg_.prefix_cache) session_.reset();
-  kv_used_ = session_.cache().bytes_used();
-  kv_active_ = 0;
-  if (!err && st.stop_reason != "cancel") {
+  slot.job = job;
+  slot.stamp = ++clock_;
+  slot.t_start = now_seconds();
+  return true;
+}
+
+void Scheduler::step() {
+  // Every decoding sequence gets its token; prefills, oldest first, share what is left of the step.
+  std::vector<Slot*> order;
+  for (auto& s : slots_)
+    if (s->job) order.push_back(s.get());
+  std::stable_sort(order.begin(), order.end(), [](const Slot* a, const Slot* b) {
+    if (a->gen->prefilling() != b->gen->prefilling()) return !a->gen->prefilling();
+    return a->stamp < b->stamp;
+  });
+  std::vector<SeqRows> rows;
+  std::vector<Slot*> in, finished;
+  int budget = cfg_.batch;
+  for (Slot* s : order) {
+    if (budget <= 0) break;
+    const auto t = s->gen->next(budget);
+    if (t.empty()) {  // cancelled before its next prefill chunk
+      finished.push_back(s);
+      continue;
+    }
+    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(), false});
+    in.push_back(s);
+    budget -= int(t.size());
+  }
+  if (!rows.empty()) {
+    metrics_.step(int(rows.size()), cfg_.batch - budget);
+    try {
+      pass_.eval(rows);
+    } catch (const std::bad_alloc&) {
+      for (Slot* s : in) complete(*s, ApiError(503, "server_error", "out of memory while generating"));
+      in.clear();
+    } catch (const std::exception& e) {
+      for (Slot* s : in) complete(*s, ApiError(500, "server_error", e.what()));
+      in.clear();
+    }
+  }
+  for (Slot* s : in) {
+    s->gen->advance();
+    if (s->gen->done()) finished.push_back(s);
+  }
+  for (Slot* s : finished) complete(*s, std::nullopt);
+  update_gauges();
+}
+
+void Scheduler::complete(Slot& slot, std::optional<ApiError> err) {
+  const std::shared_ptr<Job> job = std::move(slot.job);
+  GenerateOutput out = slot.gen->take_output();
+  slot.gen.reset();
+  const GenerateStats& st = out.stats;
+  const bool cancelled = st.stop_reason == "cancel";
+  // A cancelled or failed request frees its KV; without the prefix cache nothing outlives a request.
+  if (err || cancelled || !cfg_.prefix_cache) {
+    slot.cache->clear();
+    slot.tokens.clear();
+  } else {
+    cached_after(slot.tokens, job->prompt, out.tokens, slot.cache->n_past());
+  }
+  slot.need = 0;
+  slot.stamp = ++clock_;
+  if (!err && !cancelled) {
     metrics_.tokens(st.prompt_tokens, st.cached_tokens, st.generated_tokens);
-    if (st.generated_tokens > 0) metrics_.ttft(t_start - job.t_arrival + st.ttft_s);
+    if (st.generated_tokens > 0) metrics_.ttft(slot.t_start - job->t_arrival + st.ttft_s);
     for (double g : st.itl_s) metrics_.itl(g);
   }
-  if (st.stop_reason == "cancel") metrics_.cancelled();
-  job.finish(st, std::move(err));
+  if (cancelled) metrics_.cancelled();
+  update_gauges();
+  {
+    std::lock_guard lk(mu_);
+    std::erase(running_, job);
+  }
+  job->finish(st, std::move(err));
+  cv_.notify_all();
 }
 
 }  // namespace kvtax::serve

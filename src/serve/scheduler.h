@@ -1,6 +1,5 @@
 #pragma once
-// One engine worker behind a bounded FIFO: requests run one at a time, in arrival order, over one Session
-// whose cache doubles as the prefix cache. A full queue refuses new work (429) instead of growing.
+// The engine side of `kvtax serve`: a bounded FIFO in front of continuous batching over several sequences.
 #include <atomic>
 #include <condition_variable>
 #include <cstdint>
@@ -13,6 +12,7 @@
 #include <vector>
 
 #include "core/thread_pool.h"
+#include "engine/generate.h"
 #include "engine/session.h"
 #include "serve/api_request.h"
 #include "serve/metrics.h"
@@ -52,12 +52,24 @@ class Job {
 struct SchedulerConfig {
   KvSpec kv;
   int max_context = 4096;   // tokens one sequence may hold (prompt + answer)
-  int batch = 512;          // prefill chunk
+  int batch = 512;          // tokens per engine step: one per decoding sequence, the rest for prefill chunks
   int threads = 0;
-  size_t queue_limit = 16;  // waiting requests beyond the running one
+  int parallel = 4;         // sequences decoded together (each step reads the weights once for all of them)
+  // KV bytes all sequences together may hold (running ones and the prefix cache). 0: parallel times one
+  // full context, so a request never waits for KV, only for a free sequence.
+  size_t kv_budget = 0;
+  size_t queue_limit = 16;  // waiting requests beyond the running ones
   bool prefix_cache = true;
 };
 
+// Continuous batching over one engine worker. Up to `parallel` sequences run at once; every step decodes
+// one token for each of them in ONE ForwardPass call, together with a prefill chunk of a newly admitted one,
+// so running streams keep flowing while a long prompt is read. Requests wait in a bounded FIFO (429 when
+// full) for a free sequence and for KV: a request is admitted with the KV bytes its prompt + max_tokens can
+// need at most, when the budget minus what running sequences were admitted with (and, after evicting idle
+// prefix caches, nothing else) has room; the queue head waits otherwise, and later requests wait behind it.
+// Finished sequences keep their KV as a prefix cache until the budget or a new request needs the room;
+// cancelled, failed or (without the prefix cache) finished ones free it at once.
 class Scheduler {
  public:
   Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics);
@@ -68,25 +80,33 @@ class Scheduler {
   void drain(double grace_s);
   KvGauges gauges() const;
   int max_context() const { return cfg_.max_context; }
-  size_t bytes_reserved() const { return reserved_; }
+  size_t bytes_reserved() const { return budget_; }
 
  private:
+  struct Slot;
   void worker();
-  void run(Job& job);
+  void admit();                      // worker, under mu_: queue head(s) into free slots while KV allows
+  bool start(Slot& slot, const std::shared_ptr<Job>& job);
+  void step();                       // worker: one ForwardPass over every running sequence
+  void complete(Slot& slot, std::optional<ApiError> err);
+  size_t need_bytes(const Job& job) const;
+  void update_gauges();
 
   const Model& model_;
   SchedulerConfig cfg_;
   Metrics& metrics_;
   ThreadPool pool_;
-  Session session_;
-  size_t reserved_ = 0;
+  ForwardPass pass_;
+  size_t budget_ = 0;
+  std::vector<std::unique_ptr<Slot>> slots_;  // worker thread only
+  uint64_t clock_ = 0;                        // admission order / LRU stamp
 
   mutable std::mutex mu_;
   std::condition_variable cv_;
   std::deque<std::shared_ptr<Job>> queue_;
-  std::shared_ptr<Job> running_;
+  std::vector<std::shared_ptr<Job>> running_;
   bool stopping_ = false;
-  std::atomic<size_t> kv_used_{0}, kv_active_{0};
+  std::atomic<size_t> kv_used_{0}, kv_active_{0}, kv_admitted_{0};
   std::thread thread_;
 };
 

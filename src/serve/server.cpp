@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "core/timer.h"
 #include "serve/api_response.h"
+#include "serve/peer_socket.h"
 #include "tokenizer/tokenizer.h"
 
 namespace kvtax::serve {
@@ -18,6 +19,7 @@ using json = nlohmann::json;
 namespace {
 
 constexpr double kHeartbeatS = 0.5;  // an idle stream sends an SSE comment this often (finds dead clients)
+constexpr int kClientClosed = 499;   // nginx's status for a request whose client went away
 
 const char* status_text(int status) {
   switch (status) {
@@ -126,7 +128,7 @@ struct Server::Impl {
       const ResponseIds ids = new_response_ids(ep, opt.model_name);
       res.status = 200;
       if (ar.stream) stream(res, job, ids, ar.include_usage);
-      else whole(res, *job, ids);
+      else whole(req, res, *job, ids);
       metrics.request(name, res.status);
     } catch (const ApiError& e) {
       send_error(res, e);
@@ -139,11 +141,22 @@ struct Server::Impl {
 
   static Usage usage_of(const GenerateStats& st) { return {st.prompt_tokens, st.generated_tokens, st.cached_tokens}; }
 
-  void whole(httplib::Response& res, Job& job, const ResponseIds& ids) {
+  void whole(const httplib::Request& req, httplib::Response& res, Job& job, const ResponseIds& ids) {
+    // Nothing is written until the end, so look at the socket to notice a client that left: its generation
+    // is cancelled and its KV freed like a dropped stream's.
+    const int fd = find_connection_socket(req.local_port, req.remote_addr, req.remote_port);
     std::string text;
     bool done = false;
-    while (!done) text += job.take(3600, done);
+    while (!done) {
+      text += job.take(kHeartbeatS, done);
+      if (!done && !job.cancel && peer_gone(fd)) job.cancel = true;
+    }
     if (job.error()) throw *job.error();
+    if (job.stats().stop_reason == "cancel") {
+      // Written to nobody; the status labels the request in /metrics.
+      send_error(res, ApiError(kClientClosed, "invalid_request_error", "the client closed the connection"));
+      return;
+    }
     const auto& st = job.stats();
     res.set_content(dump(completion_json(ids, text, finish_reason(st.stop_reason), usage_of(st))), "application/json");
   }
@@ -197,6 +210,10 @@ int Server::bind() {
 void Server::listen() { impl_->http.listen_after_bind(); }
 
 bool Server::running() const { return impl_->http.is_running(); }
+
+int Server::max_context() const { return impl_->scheduler.max_context(); }
+
+size_t Server::kv_budget() const { return impl_->scheduler.bytes_reserved(); }
 
 void Server::shutdown(double grace_s) {
   if (impl_->draining.exchange(true)) return;

@@ -1,5 +1,5 @@
 #pragma once
-// `kvtax serve`: an OpenAI-compatible HTTP server over one model (cpp-httplib, one engine worker).
+// `kvtax serve`: an OpenAI-compatible HTTP server over one model (cpp-httplib; one engine worker batching the running requests).
 //   POST /v1/chat/completions, /v1/completions (streaming as server-sent events, or whole)
 //   GET  /v1/models, /health, /metrics (Prometheus text)
 #include <cstddef>
@@ -27,6 +27,8 @@ class Server {
   int bind();       // binds host:port; returns the port (useful with port 0). Throws kvtax::Error.
   void listen();    // serves until shutdown(); call bind() first
   bool running() const;  // listen() has started accepting
+  int max_context() const;   // tokens one request may use (context, capped by the KV budget)
+  size_t kv_budget() const;  // KV bytes all sequences share
   // Graceful: refuse new requests (503), let queued and running ones finish for up to grace_s, then
   // cancel what is left and stop listening. Safe to call from any thread, once.
   void shutdown(double grace_s);
