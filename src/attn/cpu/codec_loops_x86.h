@@ -7,6 +7,7 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <type_traits>
 
 #include "attn/cpu/loops.h"
 #include "kv/codecs/formats.h"
@@ -233,7 +234,7 @@ void dot_f(const uint8_t* k, size_t stride, int n, int d, const uint8_t* const* 
   }
 }
 
-// ---- int8 K path (q8, q4, q4r)
+// ---- int8 K path (q8, tq4)
 size_t i8_prep_bytes(int d) { return size_t(d / 32) * 4 + size_t(d); }
 void i8_prep(const float* q, int d, uint8_t* dst);
 // tq4: q quantized like q8's, then each block reordered to [even values, odd values] to match the codes.
@@ -269,7 +270,7 @@ inline __m256i dot_i8(__m256i ax, __m256i sy) {
 #endif
 }
 
-enum class IntK { q8, q4, tq4 };
+enum class IntK { q8, tq4 };  // q4 / q4r: codec_loops_q4_x86.h
 
 // 32 int8 values of block b, in the order the prepared q uses (see tq4_prep).
 template <IntK KIND>
@@ -280,11 +281,6 @@ inline __m256i load_codes(const uint8_t* codes, int b, __m256i lut) {
     const __m128i m = _mm_set1_epi8(15);
     const __m256i idx = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
     return _mm256_shuffle_epi8(lut, idx);
-  } else if constexpr (KIND == IntK::q4) {
-    const __m128i x = _mm_loadu_si128(reinterpret_cast<const __m128i*>(codes + 16 * b));
-    const __m128i m = _mm_set1_epi8(15);
-    const __m256i kq = _mm256_set_m128i(_mm_and_si128(_mm_srli_epi16(x, 4), m), _mm_and_si128(x, m));
-    return _mm256_sub_epi8(kq, _mm256_set1_epi8(8));
   } else {
     return _mm256_loadu_si256(reinterpret_cast<const __m256i*>(codes + 32 * b));
   }
@@ -514,12 +510,18 @@ constexpr VLoops make_v() {
   return {{acc_v<Dec, 1>, acc_v<Dec, 2>, acc_v<Dec, 3>, acc_v<Dec, 4>}, decode_rows<Dec>};
 }
 
+#include "attn/cpu/codec_loops_q4_x86.h"
+
+constexpr VLoops make_v_q4() {
+  return {{acc_v_q4<1>, acc_v_q4<2>, acc_v_q4<3>, acc_v_q4<4>}, decode_rows<DecQ4>};
+}
+
 // Order follows kv::CodecId.
 const KLoops kK[] = {make_kf<DecF32>(),     make_kf<DecF16>(),     make_kf<DecBF16>(),
-                     make_kf<DecFP8>(),     make_kq<IntK::q8>(),   make_kq<IntK::q4>(),
-                     make_kq<IntK::q4>(),   make_kq<IntK::tq4>(),  make_kf<DecTQ3>()};
+                     make_kf<DecFP8>(),     make_kq<IntK::q8>(),   make_k_q4(),
+                     make_k_q4(),           make_kq<IntK::tq4>(),  make_kf<DecTQ3>()};
 const VLoops kV[] = {make_v<DecF32>(), make_v<DecF16>(), make_v<DecBF16>(), make_v<DecFP8>(), make_v<DecQ8>(),
-                     make_v<DecQ4>(),  make_v<DecQ4>(),  make_v<DecTQ4>(),  make_v<DecTQ3>()};
+                     make_v_q4(),      make_v_q4(),      make_v<DecTQ4>(),  make_v<DecTQ3>()};
 static_assert(sizeof(kK) / sizeof(kK[0]) == kvtax::kv::kNumCodecs);
 
 // exp(x) for x <= 0 (Cephes-style: 2^n * polynomial, ~1 ulp); x < -87 (and -inf) gives exactly 0.
