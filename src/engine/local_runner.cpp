@@ -86,6 +86,24 @@ std::vector<int32_t> LocalRunner::prompt_tokens(const std::string& user_message)
 
 size_t LocalRunner::count_prompt_tokens(const std::string& user_message) { return prompt_tokens(user_message).size(); }
 
+namespace {
+// What every backend reports alike; the caller adds its KV, scratch and capacity figures.
+harness::GenerateResult to_result(const GenerateOutput& out, const harness::GenerateRequest& req) {
+  harness::GenerateResult r;
+  r.text = out.text;
+  r.tokens = out.tokens;
+  r.prompt_tokens = out.stats.prompt_tokens;
+  r.generated_tokens = out.stats.generated_tokens;
+  r.ttft_s = out.stats.ttft_s;
+  r.total_s = out.stats.ttft_s + out.stats.decode_s;
+  r.itl_s = out.stats.itl_s;
+  r.peak_rss = peak_rss_bytes();
+  if (req.want_logprobs)
+    for (const auto& lp : out.logprobs) r.next_token_logprobs.push_back(pick(lp, req.logprobs_top_k));
+  return r;
+}
+}  // namespace
+
 harness::GenerateResult LocalRunner::generate_on_device(const harness::GenerateRequest& req) {
   const KvSpec spec = parse_kv_spec(req.arm.spec);
   const std::vector<int32_t> prompt = prompt_tokens(req.user_message);
@@ -104,22 +122,12 @@ harness::GenerateResult LocalRunner::generate_on_device(const harness::GenerateR
   if (!req.teacher_tokens.empty()) o.teacher = &req.teacher_tokens;
   GenerateOutput out = kvtax::generate(*decoder_, prompt, o);
 
-  harness::GenerateResult r;
-  r.text = out.text;
-  r.tokens = out.tokens;
-  r.prompt_tokens = out.stats.prompt_tokens;
-  r.generated_tokens = out.stats.generated_tokens;
-  r.ttft_s = out.stats.ttft_s;
-  r.total_s = out.stats.ttft_s + out.stats.decode_s;
-  r.itl_s = out.stats.itl_s;
-  r.peak_rss = peak_rss_bytes();
+  harness::GenerateResult r = to_result(out, req);
   r.kv_bytes = decoder_->kv_bytes_used();
   r.reused_prefix_tokens = 0;
   r.scratch_peak = decoder_->scratch_bytes();
   r.bytes_per_token = decoder_->kv_bytes_per_token();
   r.capacity_tokens = backend_->capacity_tokens(spec, req.reserve_bytes ? req.reserve_bytes : kDefaultReserve);
-  if (req.want_logprobs)
-    for (const auto& lp : out.logprobs) r.next_token_logprobs.push_back(pick(lp, req.logprobs_top_k));
   r.extra = {{"prefill_tok_s", out.stats.prefill_tok_s()}, {"stop_reason", out.stats.stop_reason},
              {"kv_bytes_end", decoder_->kv_bytes_used()}, {"context_tokens", decoder_->n_past()},
              {"device", device_}, {"device_peak_bytes", backend_->peak_device_bytes()},
@@ -158,23 +166,13 @@ harness::GenerateResult LocalRunner::generate(const harness::GenerateRequest& re
   GenerateOutput out = session->generate(prompt, o, req.allow_prefix_cache);
   const Forward& fw = session->forward();
 
-  harness::GenerateResult r;
-  r.text = out.text;
-  r.tokens = out.tokens;
-  r.prompt_tokens = out.stats.prompt_tokens;
-  r.generated_tokens = out.stats.generated_tokens;
-  r.ttft_s = out.stats.ttft_s;
-  r.total_s = out.stats.ttft_s + out.stats.decode_s;
-  r.itl_s = out.stats.itl_s;
-  r.peak_rss = peak_rss_bytes();
+  harness::GenerateResult r = to_result(out, req);
   r.kv_bytes = fresh ? fw.cache().peak_bytes_used() : fw.cache().bytes_used();
   r.reused_prefix_tokens = out.stats.cached_tokens;
   r.scratch_peak = fw.scratch_bytes() + attention_scratch_peak();
   r.bytes_per_token = fw.cache().bytes_per_token();
   const KvShape shape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};
   r.capacity_tokens = KvCache::capacity(shape, spec, req.reserve_bytes ? req.reserve_bytes : kDefaultReserve, batch_);
-  if (req.want_logprobs)
-    for (const auto& lp : out.logprobs) r.next_token_logprobs.push_back(pick(lp, req.logprobs_top_k));
   r.extra = {{"prefill_tok_s", out.stats.prefill_tok_s()}, {"stop_reason", out.stats.stop_reason},
              {"kv_bytes_end", fw.cache().bytes_used()}, {"context_tokens", fw.n_past()}};
   return r;

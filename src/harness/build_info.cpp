@@ -1,5 +1,5 @@
-// Machine and build description for the results' meta line. KVTAX_GIT_DESCRIBE and KVTAX_BUILD_FLAGS
-// come from CMake at configure time (set only on this file, so a new commit recompiles one file).
+// Machine and build description for the results' meta line. git_describe.h is rewritten by every build
+// whose `git describe` changed (cmake/git_describe.cmake); the flags come from CMake's configure step.
 #include <sys/utsname.h>
 #include <unistd.h>
 
@@ -9,7 +9,9 @@
 #include "core/cpu.h"
 #include "harness/results.h"
 
-#ifndef KVTAX_GIT_DESCRIBE
+#if __has_include("git_describe.h")
+#include "git_describe.h"
+#else
 #define KVTAX_GIT_DESCRIBE "unknown"
 #endif
 #ifndef KVTAX_BUILD_FLAGS
