@@ -4,11 +4,14 @@
 #   part a: decode attention and GEMV alone (kvtax_gpu_bench) and torch's SDPA at the same shape;
 #   part b: the whole decode step of a 32-layer llama3-8b-shaped model generated here with
 #           `kvtax make-model` (BF16 and Q4_K weights) at 2k-128k KV depth per codec, vs the roofline
-#           (kvtax_gpu_decode_bench).
+#           (kvtax_gpu_decode_bench);
+#   part c: prefill TTFT of a 32k prompt on the same models per codec through the batched prefill, vs the
+#           FLOP floor (kvtax_gpu_prefill_bench).
 # Results go to the folder given as $1 (default $OUT, else bench/gpu/out): nvidia_smi.txt, tests.txt,
-# bench.txt, kernels.jsonl, torch.txt, torch.jsonl, decode_step.txt, decode_step.jsonl.
-# KVTAX_GPU_PARTS="a b" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
-# make-model (default: the shared fixtures); KVTAX_GPU_LAYERS (default 32) and KVTAX_GPU_DEPTHS the size of b.
+# bench.txt, kernels.jsonl, torch.txt, torch.jsonl, decode_step.txt, decode_step.jsonl, prefill.txt,
+# prefill.jsonl. KVTAX_GPU_PARTS="a b c" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
+# make-model (default: the shared fixtures); KVTAX_GPU_LAYERS (default 32) and KVTAX_GPU_DEPTHS the size of b,
+# KVTAX_GPU_TEST_FILTER picks tests; KVTAX_GPU_PREFILL_LENGTH (default 32768) and KVTAX_GPU_PREFILL_CODECS (default all) that of c.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${OUT:-$here/out}}
@@ -18,10 +21,12 @@ bin=${KVTAX_GPU_BIN:-}
 if [ -z "$bin" ]; then
   root=$(cd "$here/../.." && pwd)
   cmake -S "$root" -B "$root/build/cuda" -G Ninja -DCMAKE_BUILD_TYPE=Release -DKVTAX_CUDA=ON
-  cmake --build "$root/build/cuda" -j"$(nproc)" --target kvtax_cuda_tests kvtax_gpu_bench kvtax_gpu_decode_bench kvtax
+  cmake --build "$root/build/cuda" -j"$(nproc)" --target kvtax_cuda_tests kvtax_gpu_bench kvtax_gpu_decode_bench \
+    kvtax_gpu_prefill_bench kvtax
   mkdir -p "$root/build/cuda/gpu-bin"
   cp "$root/build/cuda/tests/kvtax_cuda_tests" "$root/build/cuda/bench/kvtax_gpu_bench" \
-     "$root/build/cuda/bench/kvtax_gpu_decode_bench" "$root/build/cuda/kvtax" "$root/build/cuda/gpu-bin/"
+     "$root/build/cuda/bench/kvtax_gpu_decode_bench" \
+     "$root/build/cuda/bench/kvtax_gpu_prefill_bench" "$root/build/cuda/kvtax" "$root/build/cuda/gpu-bin/"
   bin=$root/build/cuda/gpu-bin
 fi
 bin=$(cd "$bin" && pwd)
@@ -39,7 +44,7 @@ fi
 nvidia-smi --query-gpu=name,driver_version,clocks.sm,clocks.max.sm,clocks.mem,temperature.gpu,power.draw \
   --format=csv | tee "$out/nvidia_smi.txt"
 echo "== correctness (CUDA kernels vs CPU/float64 references)"
-"$bin/kvtax_cuda_tests" 2>&1 | tee "$out/tests.txt" | grep -E "^\[  (PASSED|FAILED|  OK|SKIPPED) |FAILED|Failure|error|cuda-model" || true
+"$bin/kvtax_cuda_tests" --gtest_filter="${KVTAX_GPU_TEST_FILTER:-*}" 2>&1 | tee "$out/tests.txt" | grep -E "^\[  (PASSED|FAILED|  OK|SKIPPED) |FAILED|Failure|error|cuda-model" || true
 grep -q "^\[  FAILED  \]" "$out/tests.txt" && echo "CUDA TESTS FAILED"
 part_a() {
   echo "== part a: kernels"
@@ -54,22 +59,43 @@ part_a() {
   fi
 }
 
-part_b() {
-  echo "== part b: whole decode step, llama3-8b shape"
-  local tmp=${TMPDIR:-/tmp}/kvtax-gpu-models vocab=() type m t0
-  mkdir -p "$tmp"
+# The llama3-8b-shaped model of one weight type, made once per run (parts b and c share it).
+tmp=${TMPDIR:-/tmp}/kvtax-gpu-models
+model_for() {
+  local type=$1 m t0 vocab=()
+  m=$tmp/llama3-8b-$type.gguf
   [ -n "${KVTAX_GPU_VOCAB:-}" ] && vocab=(--vocab "$KVTAX_GPU_VOCAB")
-  for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
-    m=$tmp/llama3-8b-$type.gguf
+  if [ ! -f "$m" ]; then
+    mkdir -p "$tmp"
     t0=$(date +%s)
     timeout "${KVTAX_GPU_MAKE_TIMEOUT:-300}" "$bin/kvtax" make-model --arch llama3-8b --layers "${KVTAX_GPU_LAYERS:-32}" \
-      --type "$type" "${vocab[@]}" -o "$m" > "$out/make_model_$type.txt" 2>&1 || { cat "$out/make_model_$type.txt"; continue; }
-    echo "make-model $type: $(( $(date +%s) - t0 )) s, $(du -h "$m" | cut -f1)"
+      --type "$type" "${vocab[@]}" -o "$m" > "$out/make_model_$type.txt" 2>&1 || { cat "$out/make_model_$type.txt" >&2; rm -f "$m"; return 1; }
+    echo "make-model $type: $(( $(date +%s) - t0 )) s, $(du -h "$m" | cut -f1)" >&2
+  fi
+  echo "$m"
+}
+
+part_b() {
+  echo "== part b: whole decode step, llama3-8b shape"
+  local type m
+  for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
+    m=$(model_for "$type") || continue
     "$bin/kvtax_gpu_decode_bench" -m "$m" --label "$type" --json "$out/decode_step.jsonl" \
       --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
       echo "decode bench FAILED ($type)"
-    rm -f "$m"
   done
 }
 
-for part in ${KVTAX_GPU_PARTS:-a b}; do "part_$part"; done
+part_c() {
+  echo "== part c: prefill TTFT, llama3-8b shape"
+  local type m
+  for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
+    m=$(model_for "$type") || continue
+    "$bin/kvtax_gpu_prefill_bench" -m "$m" --label "$type" --json "$out/prefill.jsonl" \
+      --length "${KVTAX_GPU_PREFILL_LENGTH:-32768}" --codecs "${KVTAX_GPU_PREFILL_CODECS:-f32,f16,bf16,fp8,q8,q4,q4r,tq4,tq3}" \
+      2>&1 | tee -a "$out/prefill.txt" || echo "prefill bench FAILED ($type)"
+  done
+}
+
+for part in ${KVTAX_GPU_PARTS:-a b c}; do "part_$part"; done
+rm -rf "$tmp"

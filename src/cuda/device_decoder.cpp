@@ -5,6 +5,7 @@
 #include <string>
 
 #include "core/error.h"
+#include "cuda/prefill_attention.h"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda {
@@ -61,6 +62,7 @@ CudaDecoder::CudaDecoder(CudaBackend& b, kv::CodecId codec, int max_context, siz
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_.assign(3 * kMaxBatch, 0);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
+  if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p : {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &attn_scratch_, &io_})
     scratch_bytes_ += p->bytes();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
@@ -71,7 +73,16 @@ CudaDecoder::~CudaDecoder() {
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   if (graph_) cudaGraphDestroy(graph_);
   if (stream_) cudaStreamDestroy(stream_);
-  b_.account(0, pool_.bytes() + table_.bytes() + scratch_bytes_);
+  b_.account(0, pool_.bytes() + table_.bytes() + scratch_bytes_ + prefill_bytes_);
+}
+
+void CudaDecoder::set_prefill_chunk(int rows) {
+  if (rows < 1 || rows > kMaxBatch) fail("--device cuda: prefill chunk of {} rows outside 1..{}", rows, kMaxBatch);
+  if (rows == chunk_) return;
+  chunk_ = rows;
+  b_.account(0, prefill_bytes_);
+  for (Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_}) *p = Buffer();
+  prefill_bytes_ = 0;
 }
 
 void CudaDecoder::reset() {
@@ -132,7 +143,20 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
     io_host_[size_t(2 * kMaxBatch + t)] = n_past_ + t + 1;
   }
   check(cudaMemcpyAsync(io_.get(), io_host_.data(), io_.bytes(), cudaMemcpyHostToDevice, stream_), "token upload");
-  if (n == 1 && use_graph_ && !graph_failed_) {
+  const bool batched = n > 1 && batched_ && prefill_supported(codec_, int(c.head_dim));
+  if (batched) {
+    for (int off = 0; off < n; off += chunk_) {
+      const int m = std::min(chunk_, n - off);
+      run_chunk(off, m);
+      for (int t = all_logits ? 0 : m - 1; t < m; ++t) {
+        if (!all_logits && off + m < n) break;  // only the last row of the last chunk
+        chunk_logits(t);
+        float* out = all_logits ? logits + size_t(off + t) * c.n_vocab : logits;
+        check(cudaMemcpyAsync(out, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
+              "logits");
+      }
+    }
+  } else if (n == 1 && use_graph_ && !graph_failed_) {
     run_graph();
     check(cudaMemcpyAsync(logits, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_), "logits");
   } else {
@@ -234,6 +258,89 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       check(ops::add_rmsnorm(x, xb2, b_.output_norm(), xb, d, eps, s), "residual");
   }
   if (logits) gemv(b_.output(), xb, logits_.as<float>(), gs, s);
+}
+
+void CudaDecoder::ensure_prefill_buffers() {
+  if (px_.get()) return;
+  const ModelConfig& c = b_.model().config();
+  const size_t n = size_t(chunk_), d = c.d_model, qd = size_t(c.n_heads) * c.head_dim;
+  const size_t kvd = size_t(c.n_kv_heads) * c.head_dim, ff = c.d_ff;
+  auto f32 = [n](size_t w) { return Buffer(n * w * 4); };
+  px_ = f32(d); pxb_ = f32(d); pq_ = f32(qd); pk_ = f32(kvd); pv_ = f32(kvd); patt_ = f32(qd);
+  py_ = f32(d); pg_ = f32(ff); pu_ = f32(ff);
+  if (!gemm_) gemm_ = std::make_unique<GemmRunner>(stream_);
+  size_t bytes = 0;
+  for (const Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_}) bytes += p->bytes();
+  b_.account(bytes, prefill_bytes_);
+  prefill_bytes_ = bytes;
+}
+
+void CudaDecoder::run_chunk(int off, int n) {
+  const ModelConfig& c = b_.model().config();
+  const int d = int(c.d_model), hd = int(c.head_dim), nh = int(c.n_heads), nkv = int(c.n_kv_heads);
+  const int ff = int(c.d_ff), qd = nh * hd, kvd = nkv * hd, pos0 = n_past_ + off;
+  const float eps = c.rms_eps;
+  cudaStream_t s = stream_;
+  ensure_prefill_buffers();
+  const size_t gemm_before = gemm_->device_bytes();
+  float *x = px_.as<float>(), *xb = pxb_.as<float>(), *q = pq_.as<float>(), *k = pk_.as<float>();
+  float *v = pv_.as<float>(), *att = patt_.as<float>(), *y = py_.as<float>(), *g = pg_.as<float>();
+  float* u = pu_.as<float>();
+  GemmRunner& G = *gemm_;
+  const DeviceWeight& E = b_.embedding();
+  check(ops::embed(E.type(), E.data(), E.row_bytes(), io_.as<int32_t>() + off, n, d, x, s), "embed");
+  for (int l = 0; l < int(c.n_layers); ++l) {
+    const CudaBackend::Layer& w = b_.layers()[size_t(l)];
+    check(ops::rmsnorm(x, w.attn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
+    if (w.wqkv) {  // rows of the stacked matrix straight into q, k and v
+      G.run(*w.wqkv, 0, qd, xb, n, q, qd);
+      G.run(*w.wqkv, qd, kvd, xb, n, k, kvd);
+      G.run(*w.wqkv, qd + kvd, kvd, xb, n, v, kvd);
+    } else {
+      G.run(*w.wq, 0, qd, xb, n, q, qd);
+      G.run(*w.wk, 0, kvd, xb, n, k, kvd);
+      G.run(*w.wv, 0, kvd, xb, n, v, kvd);
+    }
+    if (w.bq.get()) {
+      check(ops::add_rows(q, w.bq.as<float>(), n, qd, s), "bias");
+      check(ops::add_rows(k, w.bk.as<float>(), n, kvd, s), "bias");
+      check(ops::add_rows(v, w.bv.as<float>(), n, kvd, s), "bias");
+    }
+    if (w.q_norm.get()) {
+      check(ops::rmsnorm(q, w.q_norm.as<float>(), q, n * nh, hd, eps, s), "q norm");
+      check(ops::rmsnorm(k, w.k_norm.as<float>(), k, n * nkv, hd, eps, s), "k norm");
+    }
+    check(ops::rope(q, n, nh, hd, pos0, nullptr, b_.rope(), s), "rope");
+    check(ops::rope(k, n, nkv, hd, pos0, nullptr, b_.rope(), s), "rope");
+    encode_kv(target(l), k, v, n, pos0, s);
+    prefill_attention(view(l, pos0 + n), q, n, pos0, nh, att, s);
+    G.run(*w.wo, 0, d, att, n, y, d);
+    check(ops::add(x, y, int64_t(n) * d, s), "residual");
+    check(ops::rmsnorm(x, w.ffn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
+    if (w.gate_up) {
+      G.run(*w.gate_up, 0, ff, xb, n, g, ff);
+      G.run(*w.gate_up, ff, ff, xb, n, u, ff);
+    } else {
+      G.run(*w.gate, 0, ff, xb, n, g, ff);
+      G.run(*w.up, 0, ff, xb, n, u, ff);
+    }
+    check(ops::silu_mul(g, u, int64_t(n) * ff, s), "silu");
+    G.run(*w.down, 0, d, g, n, y, d);
+    check(ops::add(x, y, int64_t(n) * d, s), "residual");
+  }
+  const size_t gemm_after = gemm_->device_bytes();
+  if (gemm_after != gemm_before) {
+    b_.account(gemm_after - gemm_before, 0);
+    prefill_bytes_ += gemm_after - gemm_before;
+  }
+}
+
+void CudaDecoder::chunk_logits(int t) {
+  const ModelConfig& c = b_.model().config();
+  const int d = int(c.d_model);
+  check(ops::rmsnorm(px_.as<float>() + size_t(t) * d, b_.output_norm(), xb_.as<float>(), 1, d, c.rms_eps, stream_),
+        "output norm");
+  gemv(b_.output(), xb_.as<float>(), logits_.as<float>(), gemv_scratch_.get(), stream_);
 }
 
 void CudaDecoder::fill_random(int depth, uint64_t seed) {

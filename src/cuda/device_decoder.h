@@ -2,9 +2,11 @@
 // One sequence on the device: a paged KV cache carved from a reservation, activations, and the token
 // step (device_model.h describes the order of kernels).
 #include <cstdint>
+#include <memory>
 #include <vector>
 
 #include "cuda/device_model.h"
+#include "cuda/gemm.h"
 #include "cuda/kv_encode.h"
 
 namespace kvtax::cuda {
@@ -15,7 +17,9 @@ kv::CodecId device_codec(const KvSpec& spec, int head_dim);
 
 class CudaDecoder : public DeviceDecoder {
  public:
-  static constexpr int kMaxBatch = 512;  // tokens per eval(); prefill runs them one at a time
+  // Tokens per eval(). Several tokens go through the layers together (batched prefill: cuBLAS GEMMs and
+  // tensor-core attention over the pages) in chunks of prefill_chunk() rows, which bounds the activations.
+  static constexpr int kMaxBatch = 4096;
 
   // reserve_bytes 0: pages for max_context tokens; otherwise that many bytes of pages, which must hold
   // max_context tokens.
@@ -33,21 +37,33 @@ class CudaDecoder : public DeviceDecoder {
   size_t kv_bytes_reserved() const override { return pool_.bytes(); }
   size_t kv_bytes_per_token() const override;
   size_t capacity_tokens() const override { return capacity_; }
-  size_t scratch_bytes() const override { return scratch_bytes_; }
+  size_t scratch_bytes() const override { return scratch_bytes_ + prefill_bytes_; }
 
   // Benchmarks: the cache filled to `depth` tokens with random vectors encoded on the device (decode
   // speed does not depend on the stored values), as if that many tokens had been evaluated.
   void fill_random(int depth, uint64_t seed);
   cudaStream_t stream() const { return stream_; }
+  // Layer `layer`'s pages as the attention kernels read them, len tokens (benchmarks).
+  KvView layer_view(int layer, int len) const { return view(layer, len); }
   // Single-token evals replay one captured CUDA graph of the whole step (default; KVTAX_CUDA_GRAPH=0 turns
   // it off) instead of launching its ~15-20 kernels per layer one by one.
   void use_graph(bool on) { use_graph_ = on; }
+  // Batched prefill (default where the attention kernel takes the head_dim; KVTAX_CUDA_PREFILL=0 turns it
+  // off) or every token through the decode step; rows per chunk (1..kMaxBatch).
+  void use_batched_prefill(bool on) { batched_ = on; }
+  void set_prefill_chunk(int rows);
+  int prefill_chunk() const { return chunk_; }
 
  private:
   // Token t of the current eval(): ids/positions/lengths are read from io_ on the device. host_len > 0
   // sizes the attention grid for that length; 0 reads the length at run time (graph capture).
   void launch_token(int t, int host_len, bool logits);
   void run_graph();
+  // Rows off .. off+n-1 of the current eval() through every layer at positions n_past_ + off ...
+  void run_chunk(int off, int n);
+  // Logits of row t of the last prefill chunk into logits_ (output norm + GEMV).
+  void chunk_logits(int t);
+  void ensure_prefill_buffers();
   void ensure_pages(int tokens);
   KvView view(int layer, int len, const int* len_dev = nullptr) const;
   KvTarget target(int layer) const;
@@ -62,7 +78,13 @@ class CudaDecoder : public DeviceDecoder {
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   std::vector<int32_t> io_host_;
   cudaStream_t stream_ = nullptr;
-  bool use_graph_ = true, graph_failed_ = false;
+  bool use_graph_ = true, graph_failed_ = false, batched_ = true;
+  int chunk_ = kMaxBatch;
+  // Prefill activations for chunk_ rows (allocated on the first batched eval): residual, its norm, q, k, v,
+  // attention output, the projection / down output, gate and up.
+  Buffer px_, pxb_, pq_, pk_, pv_, patt_, py_, pg_, pu_;
+  size_t prefill_bytes_ = 0;
+  std::unique_ptr<GemmRunner> gemm_;
   cudaGraph_t graph_ = nullptr;
   cudaGraphExec_t graph_exec_ = nullptr;
 };

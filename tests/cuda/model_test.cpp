@@ -1,8 +1,10 @@
 // The whole model on the device vs the CPU backend on the same generated GGUF: logits after a prompt and
 // after each of several decode steps (teacher-forced, so both walk the same tokens). Skips without a GPU.
 //
-// Bound: relative L2 of the logits <= 2e-3 with F16 weights, and the same top token wherever the CPU's
-// top-2 gap is clear. Both store bit-identical KV rows (CudaKvEncode), so what differs is the f32 summation
+// The prompt goes through the batched prefill (GEMMs on 16-bit activations, f16 attention tiles), the
+// steps through the decode GEMV path. Bound: relative L2 of the logits <= 5e-3 with F16 weights (the token
+// path alone gave <= 5.5e-4; the prefill rounds activations to f16), and the same top token wherever the
+// CPU's top-2 gap is clear. Both store bit-identical KV rows (CudaKvEncode), so what differs is the f32 summation
 // order of GEMV and attention, expf/sinf/cosf ulps, and through them an occasional KV code that rounds the
 // other way (H200, 2026-11-30: f16/fp8/tq3 KV <= 7e-6, q8/q4r KV <= 5.5e-4).
 // Quantized weights: <= 3e-2, because the activations are rounded differently: the device quantizes x to
@@ -77,9 +79,9 @@ std::pair<int, float> top1(const std::vector<float>& l) {
 
 TEST(CudaModel, LogitsMatchCpuBackend) {
   REQUIRE_GPU();
-  const Variant variants[] = {{"f16", GgmlType::F16, false, false, 2e-3},
+  const Variant variants[] = {{"f16", GgmlType::F16, false, false, 5e-3},
                               {"q4k", GgmlType::Q4_K, false, false, 3e-2},
-                              {"f16-llama3rope", GgmlType::F16, true, false, 2e-3},
+                              {"f16-llama3rope", GgmlType::F16, true, false, 5e-3},
                               {"q8-qwen3", GgmlType::Q8_0, false, true, 3e-2}};
   const char* codecs[] = {"f16", "fp8", "q8", "q4r", "tq3"};
   const int n_prompt = 300, n_steps = 8;  // the prompt spans two KV pages
@@ -99,11 +101,11 @@ TEST(CudaModel, LogitsMatchCpuBackend) {
       std::vector<float> lc(n_vocab), ld(n_vocab, NAN);
       double worst = 0;
       int positions = 0;
-      for (int p = 0; p < n_prompt; p += 128) {  // the CPU prefills in chunks, the device token by token
-        const int n = std::min(128, n_prompt - p);
-        cpu.eval(toks.data() + p, n, lc.data());
-        dev->eval(toks.data() + p, n, ld.data());
-      }
+      for (int p = 0; p < n_prompt; p += 128) cpu.eval(toks.data() + p, std::min(128, n_prompt - p), lc.data());
+      // The device takes the whole prompt in one eval, prefilled in chunks of 96 rows (batched GEMMs and
+      // tensor-core attention; chunks that start mid-page and cross the page boundary at 256).
+      static_cast<cuda::CudaDecoder*>(dev.get())->set_prefill_chunk(96);
+      dev->eval(toks.data(), n_prompt, ld.data());
       for (int s = 0;; ++s) {
         for (float x : ld) ASSERT_TRUE(std::isfinite(x)) << v.name << " " << codec << ": non-finite logit";
         const double e = rel_l2(ld, lc);

@@ -1,0 +1,169 @@
+// Prefill TTFT on the device (bench/gpu/run.sh part c): one GGUF (a 32-layer llama3-8b shape from
+// `kvtax make-model`), every codec, a prompt of --length tokens through the batched prefill (cuBLAS GEMMs,
+// tensor-core attention over the paged KV) in evals of max_batch() tokens, timed with the host clock from
+// the first eval to the logits of the last token on the host.
+//
+// FLOP floor: 2 * (matmul parameters of every layer) * L + 2 * vocab * d (logits of the last row) + the
+// causal attention, 4 * layers * heads * head_dim * L (L + 1) / 2, over the dense bf16 peak. The peak is
+// the H200 SXM datasheet's 989.4 TFLOP/s (dense bf16, no sparsity): no kernel runs faster than that. The
+// table also gives the floor at the rate cuBLAS reaches here on an 8192^3 bf16 product of random data.
+// The attention alone is timed as well: layer 0's pages filled with random rows, then the prompt's chunks
+// through prefill_attention as the prefill issues them, times the layers.
+#include <CLI/CLI.hpp>
+#include <cublas_v2.h>
+#include <fmt/format.h>
+
+#include <algorithm>
+#include <chrono>
+#include <cstdio>
+#include <fstream>
+#include <vector>
+
+#include "cuda/device_decoder.h"
+#include "cuda/gemm.h"
+#include "cuda/ops.h"
+#include "cuda/prefill_attention.h"
+#include "cuda/runtime.h"
+#include "model/model.h"
+
+namespace kvtax {
+namespace {
+
+constexpr double kDatasheetBf16 = 989.4e12;
+
+// bf16 8192^3 through cuBLAS on random data, median of 10 after 3 warm-ups (FLOP/s).
+double cublas_bf16_rate() {
+  const int n = 8192;
+  cuda::Buffer f(size_t(n) * n * 4), a(size_t(n) * n * 2), b(size_t(n) * n * 2), c(size_t(n) * n * 4);
+  cuda::check(cuda::ops::fill_normal(f.as<float>(), int64_t(n) * n, 7, nullptr), "fill");
+  cuda::check(cuda::detail::to_half(f.as<float>(), int64_t(n) * n, true, a.get(), nullptr), "bf16");
+  cuda::check(cuda::ops::fill_normal(f.as<float>(), int64_t(n) * n, 8, nullptr), "fill");
+  cuda::check(cuda::detail::to_half(f.as<float>(), int64_t(n) * n, true, b.get(), nullptr), "bf16");
+  cublasHandle_t h;
+  if (cublasCreate(&h) != CUBLAS_STATUS_SUCCESS) return 0;
+  const float one = 1, zero = 0;
+  cuda::EventTimer t;
+  std::vector<float> ms;
+  for (int i = 0; i < 13; ++i) {
+    t.start();
+    cublasGemmEx(h, CUBLAS_OP_T, CUBLAS_OP_N, n, n, n, &one, a.get(), CUDA_R_16BF, n, b.get(), CUDA_R_16BF, n, &zero,
+                 c.get(), CUDA_R_32F, n, CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT);
+    const float x = t.stop_ms();
+    if (i >= 3) ms.push_back(x);
+  }
+  cublasDestroy(h);
+  cuda::check(cudaGetLastError(), "cuBLAS rate");
+  std::sort(ms.begin(), ms.end());
+  return 2.0 * n * double(n) * n / (ms[ms.size() / 2] * 1e-3);
+}
+
+std::vector<std::string> split(const std::string& s) {
+  std::vector<std::string> out;
+  size_t a = 0;
+  while (a <= s.size()) {
+    const size_t b = std::min(s.find(',', a), s.size());
+    if (b > a) out.push_back(s.substr(a, b - a));
+    a = b + 1;
+  }
+  return out;
+}
+
+double matmul_params(const Model& m) {
+  double p = 0;
+  for (const LayerWeights& w : m.layers())
+    for (const Weight* x : {&w.wq, &w.wk, &w.wv, &w.wo, &w.w_gate, &w.w_up, &w.w_down})
+      if (x->data) p += double(x->rows) * double(x->cols);
+  return p;
+}
+
+int run(int argc, char** argv) {
+  CLI::App app{"Prefill TTFT on the CUDA device vs the FLOP floor"};
+  std::string model_path, codecs = "f32,f16,bf16,fp8,q8,q4,q4r,tq4,tq3", json, label;
+  int length = 32768, reps = 1;
+  app.add_option("-m,--model", model_path, "GGUF model")->required()->check(CLI::ExistingFile);
+  app.add_option("--codecs", codecs, "KV codecs");
+  app.add_option("--length", length, "prompt tokens")->check(CLI::Range(2, 1 << 20));
+  app.add_option("--reps", reps, "timed prefills per codec (median)")->check(CLI::Range(1, 100));
+  app.add_option("--label", label, "weights label for the table (default: the first layer's type)");
+  app.add_option("--json", json, "append one JSON line per row to this file");
+  CLI11_PARSE(app, argc, argv);
+
+  auto model = Model::load(model_path);
+  const ModelConfig& c = model->config();
+  if (label.empty()) label = std::string(ggml_type_name(model->layers()[0].wq.type));
+  const double measured = cublas_bf16_rate();
+  cuda::CudaBackend backend(*model);
+  const double L = length, P = matmul_params(*model);
+  const double attn_flop = 4.0 * c.n_layers * c.n_heads * c.head_dim * L * (L + 1) / 2;
+  const double flop = 2.0 * P * L + 2.0 * double(c.n_vocab) * c.d_model + attn_flop;
+  const double floor_s = flop / kDatasheetBf16, floor_meas = measured > 0 ? flop / measured : 0;
+  std::printf("%s\nmodel %s: %u layers, %.2f G matmul parameters; prompt %d tokens: %.1f TFLOP (attention %.1f)\n"
+              "floor %.3f s at the 989.4 TFLOP/s datasheet dense bf16 peak; %.3f s at the %.0f TFLOP/s cuBLAS "
+              "reaches here (8192^3 bf16)\n",
+              cuda::device_summary().c_str(), model_path.c_str(), c.n_layers, P / 1e9, length, flop / 1e12,
+              attn_flop / 1e12, floor_s, floor_meas, measured / 1e12);
+  std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
+              "x cuBLAS", "attn s", "attn TF/s");
+  std::ofstream jf;
+  if (!json.empty()) jf.open(json, std::ios::app);
+  std::vector<int32_t> toks(static_cast<size_t>(length));
+  for (int i = 0; i < length; ++i) toks[size_t(i)] = int32_t((uint64_t(i) * 7919 + 13) % c.n_vocab);
+  std::vector<float> logits(c.n_vocab);
+  for (const std::string& codec : split(codecs)) {
+    auto dec = backend.decoder(parse_kv_spec(codec), length + 8, 0);
+    auto* cd = static_cast<cuda::CudaDecoder*>(dec.get());
+    const int mb = dec->max_batch();
+    auto prefill = [&](int n) {
+      dec->reset();
+      for (int p = 0; p < n; p += mb) dec->eval(toks.data() + p, std::min(mb, n - p), logits.data());
+    };
+    prefill(std::min(length, 2 * mb));  // warm-up: cuBLAS handles, scratch, module load
+    std::vector<double> s;
+    for (int r = 0; r < reps; ++r) {
+      const auto a = std::chrono::steady_clock::now();
+      prefill(length);
+      s.push_back(std::chrono::duration<double>(std::chrono::steady_clock::now() - a).count());
+    }
+    std::sort(s.begin(), s.end());
+    const double ttft = s[s.size() / 2];
+    // The attention alone, over layer 0's pages filled with random rows.
+    cd->fill_random(length, 99);
+    const int nh = int(c.n_heads), hd = int(c.head_dim);
+    cuda::Buffer q(size_t(mb) * nh * hd * 4), out(size_t(mb) * nh * hd * 4);
+    cuda::EventTimer et;
+    double attn_ms = 0;
+    for (int p = 0; p < length; p += mb) {
+      const int n = std::min(mb, length - p);
+      cuda::check(cuda::ops::fill_normal(q.as<float>(), int64_t(n) * nh * hd, uint64_t(p) + 5, cd->stream()), "q");
+      et.start(cd->stream());
+      cuda::prefill_attention(cd->layer_view(0, p + n), q.as<float>(), n, p, nh, out.as<float>(), cd->stream());
+      attn_ms += et.stop_ms(cd->stream());
+    }
+    const double attn_s = attn_ms * 1e-3 * c.n_layers;
+    std::printf("%-7s %-5s %7d %9.3f %9.0f %8.2f %9.2f %10.3f %9.0f\n", label.c_str(), codec.c_str(), length, ttft,
+                L / ttft, ttft / floor_s, floor_meas > 0 ? ttft / floor_meas : 0.0, attn_s, attn_flop / attn_s / 1e12);
+    std::fflush(stdout);
+    if (jf)
+      jf << fmt::format(R"({{"bench":"prefill","weights":"{}","kv":"{}","prompt":{},"ttft_s":{:.4f},)"
+                        R"("floor_s":{:.4f},"x_floor":{:.3f},"cublas_tflops":{:.1f},"attn_s":{:.4f},)"
+                        R"("attn_tflops":{:.1f},"reps":{},"min_s":{:.4f},"max_s":{:.4f}}})",
+                        label, codec, length, ttft, floor_s, ttft / floor_s, measured / 1e12, attn_s,
+                        attn_flop / attn_s / 1e12, reps, s.front(), s.back())
+         << "\n";
+  }
+  std::printf("device peak %.2f GiB (weights + KV pages + activations + prefill scratch)\n",
+              backend.peak_device_bytes() / 1073741824.0);
+  return 0;
+}
+
+}  // namespace
+}  // namespace kvtax
+
+int main(int argc, char** argv) {
+  try {
+    return kvtax::run(argc, argv);
+  } catch (const std::exception& e) {
+    std::fprintf(stderr, "kvtax_gpu_prefill_bench: %s\n", e.what());
+    return 1;
+  }
+}

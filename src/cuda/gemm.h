@@ -1,0 +1,47 @@
+#pragma once
+// Prefill GEMM on the device: y = x W^T for a chunk of rows through cuBLAS, f32 accumulation. F16 and BF16
+// weights are used in place with x rounded to the same 16-bit type; Q8_0, Q4_0 and Q4_K weights are first
+// dequantized to bf16 into a scratch of at most kDequantRows rows (so the scratch is bounded by the widest
+// matrix, not by the model); F32 weights multiply f32 x.
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "cuda/gemv.h"
+#include "cuda/runtime.h"
+
+namespace kvtax::cuda {
+
+class GemmRunner {
+ public:
+  static constexpr int64_t kDequantRows = 8192;
+
+  explicit GemmRunner(cudaStream_t stream);
+  ~GemmRunner();
+  GemmRunner(const GemmRunner&) = delete;
+  GemmRunner& operator=(const GemmRunner&) = delete;
+
+  // x: device [n][w.cols()] f32. y: device [n] rows of ldy floats; columns 0..rows-1 of each get rows
+  // row0 .. row0+rows-1 of W (times x). Scratch grows on first use (device_bytes() reports it).
+  void run(const DeviceWeight& w, int64_t row0, int64_t rows, const float* x, int n, float* y, int64_t ldy);
+  size_t device_bytes() const { return act_.bytes() + wbuf_.bytes(); }
+
+ private:
+  void* act(size_t bytes);
+  void* wbuf(size_t bytes);
+
+  cudaStream_t stream_;
+  void* handle_ = nullptr;  // cublasHandle_t
+  Buffer act_, wbuf_;
+};
+
+namespace detail {
+// f32 -> f16 (bf16 = false) or bf16 values (round to nearest even).
+cudaError_t to_half(const float* x, int64_t n, bool bf16, void* out, cudaStream_t s);
+// rows [row0, row0 + rows) of a quantized matrix (GGUF rows of row_bytes) -> bf16 [rows][cols].
+cudaError_t dequant_rows_bf16(GgmlType t, const uint8_t* w, size_t row_bytes, int64_t row0, int64_t rows, int cols,
+                              void* out, cudaStream_t s);
+}  // namespace detail
+
+}  // namespace kvtax::cuda

@@ -1,0 +1,80 @@
+#include "cuda/prefill_attention.h"
+
+#include "core/error.h"
+#include "cuda/attention_launch.h"
+#include "cuda/prefill_launch.h"
+#include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
+#include "kv/rotation.h"
+
+namespace kvtax::cuda {
+namespace {
+
+bool rotated(kv::CodecId c) { return c == kv::CodecId::q4r || c == kv::CodecId::tq4 || c == kv::CodecId::tq3; }
+
+// Rotation signs and tq codebooks on the device, uploaded once per process and kept for its lifetime.
+struct Tables {
+  Buffer signs, tq4, tq3;
+};
+
+const Tables& tables() {
+  static Tables* t = [] {
+    auto* r = new Tables;
+    auto up = [](const float* p, size_t n) {
+      Buffer b(n * 4);
+      b.upload(p, n * 4);
+      return b;
+    };
+    r->signs = up(kv::rotation_signs(), kv::kRotationMaxDim);
+    r->tq4 = up(kv::tq4_levels().data(), 16);
+    r->tq3 = up(kv::tq3_levels().data(), 8);
+    return r;
+  }();
+  return *t;
+}
+
+}  // namespace
+
+bool prefill_supported(kv::CodecId codec, int head_dim) {
+  return int(codec) < kv::kNumCodecs && (head_dim == 64 || head_dim == 128);
+}
+
+void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out,
+                       cudaStream_t stream) {
+  if (!prefill_supported(kv.codec, kv.head_dim))
+    fail("CUDA prefill attention: no kernel for codec {} with head_dim {} (supported: 64, 128)",
+         int(kv.codec) < kv::kNumCodecs ? kv::codec(kv.codec).name : "?", kv.head_dim);
+  if (n_heads <= 0 || n_heads % kv.n_kv_heads != 0)
+    fail("CUDA prefill attention: {} query heads is not a multiple of {} KV heads", n_heads, kv.n_kv_heads);
+  if (n_tok <= 0 || pos0 < 0 || int64_t(pos0) + n_tok != kv.len || kv.len > kv.max_len)
+    fail("CUDA prefill attention: {} tokens at position {} over a KV of {} tokens ({} covered by pages)", n_tok,
+         pos0, kv.len, kv.max_len);
+  if (int64_t(n_tok) * n_heads > (int64_t(1) << 28))
+    fail("CUDA prefill attention: chunk of {} tokens x {} heads is too large", n_tok, n_heads);
+  const Tables& t = tables();
+  const int64_t rows = int64_t(n_tok) * n_heads;
+  if (rotated(kv.codec))
+    check(detail::launch_rotate_rows(q, rows, kv.head_dim, t.signs.as<float>(), false, stream), "q rotation");
+  detail::PrefillArgs a{};
+  a.codec = kv.codec;
+  a.head_dim = kv.head_dim;
+  a.n_kv_heads = kv.n_kv_heads;
+  a.n_rep = n_heads / kv.n_kv_heads;
+  a.n_tok = n_tok;
+  a.pos0 = pos0;
+  a.row_bytes = kv.row_bytes;
+  a.head_stride = size_t(detail::kPageTokens) * kv.row_bytes;
+  a.page_bytes = kv.page_bytes;
+  a.v_offset = size_t(kv.n_kv_heads) * a.head_stride;
+  a.pool = kv.pool;
+  a.pages = kv.pages;
+  a.q = q;
+  a.out = out;
+  if (kv.codec == kv::CodecId::tq4) a.levels = t.tq4.as<float>(), a.n_levels = 16;
+  if (kv.codec == kv::CodecId::tq3) a.levels = t.tq3.as<float>(), a.n_levels = 8;
+  check(detail::launch_prefill(a, stream), "prefill attention launch");
+  if (rotated(kv.codec))
+    check(detail::launch_rotate_rows(out, rows, kv.head_dim, t.signs.as<float>(), true, stream), "output rotation");
+}
+
+}  // namespace kvtax::cuda

@@ -1,0 +1,28 @@
+#pragma once
+// Boundary between prefill_attention.cpp (checks, tables) and prefill_attention.cu (kernels).
+#include <cuda_runtime_api.h>
+
+#include <cstddef>
+#include <cstdint>
+
+#include "kv/codecs/codec.h"
+
+namespace kvtax::cuda::detail {
+
+struct PrefillArgs {
+  kv::CodecId codec;
+  int head_dim, n_kv_heads, n_rep, n_tok, pos0;
+  size_t row_bytes, head_stride, page_bytes, v_offset;
+  const uint8_t* pool;
+  const int32_t* pages;
+  const float* q;      // [n_tok][n_kv_heads * n_rep][head_dim], rotated for rotated codecs
+  float* out;          // same shape
+  const float* levels;  // device tq codebook (n_levels entries) or nullptr
+  int n_levels;
+};
+
+cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);
+// rows vectors of d (64, 128 or 256) rotated in place: forward R = H D / sqrt(d), or its inverse.
+cudaError_t launch_rotate_rows(float* x, int64_t rows, int d, const float* signs, bool inverse, cudaStream_t s);
+
+}  // namespace kvtax::cuda::detail

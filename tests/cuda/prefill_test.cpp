@@ -1,0 +1,174 @@
+// Batched prefill pieces on the device vs float64 references on fresh random inputs: the tensor-core
+// causal attention over the paged KV (every codec, GQA groups of 1/4/7, odd chunk lengths, chunks that
+// start past earlier tokens) and the cuBLAS GEMM (every weight type). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <cmath>
+#include <string>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/gemm.h"
+#include "cuda/prefill_attention.h"
+#include "ggml/quants.h"
+#include "kv/cache.h"
+#include "kv_test_util.h"
+#include "random_values.h"
+
+namespace kvtax {
+namespace {
+
+using kvtax::testing::gaussian;
+using kvtax::testing::outliers;
+
+#define REQUIRE_GPU() \
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
+
+struct Shape { int n_kv, n_heads, d, pos0, n; };
+
+// float64 causal attention of query i (position pos0 + i) over rows 0 .. pos0 + i (k, v: [len][n_kv * d]).
+std::vector<double> exact_causal(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
+                                 const Shape& s) {
+  const int rep = s.n_heads / s.n_kv, d = s.d;
+  std::vector<double> out(size_t(s.n) * s.n_heads * d, 0.0), sc(size_t(s.pos0 + s.n));
+  for (int i = 0; i < s.n; ++i)
+    for (int hq = 0; hq < s.n_heads; ++hq) {
+      const int h = hq / rep, len = s.pos0 + i + 1;
+      const float* qr = q.data() + (size_t(i) * s.n_heads + hq) * d;
+      double mx = -INFINITY;
+      for (int t = 0; t < len; ++t) {
+        double a = 0;
+        for (int j = 0; j < d; ++j) a += double(qr[j]) * k[(size_t(t) * s.n_kv + h) * d + j];
+        sc[size_t(t)] = a / std::sqrt(double(d));
+        mx = std::max(mx, sc[size_t(t)]);
+      }
+      double l = 0;
+      double* o = out.data() + (size_t(i) * s.n_heads + hq) * d;
+      for (int t = 0; t < len; ++t) {
+        const double w = std::exp(sc[size_t(t)] - mx);
+        l += w;
+        for (int j = 0; j < d; ++j) o[j] += w * v[(size_t(t) * s.n_kv + h) * d + j];
+      }
+      for (int j = 0; j < d; ++j) o[j] /= l;
+    }
+  return out;
+}
+
+double rel_l2(const std::vector<float>& a, const std::vector<double>& b) {
+  double e = 0, m = 0;
+  for (size_t i = 0; i < b.size(); ++i) {
+    e += (a[i] - b[i]) * (a[i] - b[i]);
+    m += b[i] * b[i];
+  }
+  return std::sqrt(e / m);
+}
+
+// The K/V tiles and q go through f16 on the tensor cores (11-bit significands, f32 accumulation), so the
+// output sits ~1e-3 from the float64 attention over the stored rows; a wrong fragment, mask or scale
+// gives O(1). Bound 4e-3 for every codec (the rows are decoded exactly; only f16 rounding differs).
+TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{2, 8, 128, 0, 133}, {2, 8, 128, 223, 77}, {4, 4, 64, 0, 300}, {1, 7, 64, 40, 61},
+                          {8, 32, 128, 1000, 129}};
+  uint64_t seed = 4000;
+  for (int ci = 0; ci < kv::kNumCodecs; ++ci) {
+    const auto c = kv::CodecId(ci);
+    for (const Shape& s : shapes) {
+      const int len = s.pos0 + s.n;
+      KvCache cache({1, s.n_kv, s.d}, parse_kv_spec(kv::codec(c).name), size_t(len));
+      const auto k = outliers(size_t(len) * s.n_kv, s.d, seed++);
+      const auto v = gaussian(size_t(len) * s.n_kv * s.d, seed++);
+      const auto q = gaussian(size_t(s.n) * s.n_heads * s.d, seed++);
+      for (int p = 0; p < len; p += KvCache::kDefaultMaxChunk) {
+        const int n = std::min(KvCache::kDefaultMaxChunk, len - p);
+        const size_t off = size_t(p) * s.n_kv * s.d;
+        cache.append(0, n, k.data() + off, v.data() + off);
+        cache.commit(n);
+      }
+      std::vector<float> kd(k.size()), vd(v.size());
+      for (int t = 0; t < len; ++t)
+        for (int h = 0; h < s.n_kv; ++h) {
+          const size_t off = (size_t(t) * s.n_kv + h) * s.d;
+          cache.read_token(0, t, h, kd.data() + off, vd.data() + off);
+        }
+      cuda::DeviceKv dkv(c, s.n_kv, s.d, len);
+      dkv.copy_from(cache, 0);
+      cuda::Buffer qd(q.size() * 4), out(q.size() * 4);
+      qd.upload(q.data(), q.size() * 4);
+      out.fill(0xff);  // NaN: unwritten outputs fail
+      cuda::prefill_attention(dkv.view(), qd.as<float>(), s.n, s.pos0, s.n_heads, out.as<float>());
+      cuda::check(cudaDeviceSynchronize(), "prefill attention test");
+      std::vector<float> gpu(q.size());
+      out.download(gpu.data(), gpu.size() * 4);
+      for (float x : gpu) ASSERT_TRUE(std::isfinite(x)) << kv::codec(c).name << ": unwritten or NaN output";
+      const double e = rel_l2(gpu, exact_causal(q, kd, vd, s));
+      EXPECT_LE(e, 4e-3) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
+                         << " pos0 " << s.pos0 << " n " << s.n;
+      std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d: rel-L2 %.2e\n", kv::codec(c).name, s.n_kv,
+                  s.n_heads, s.d, s.pos0, s.n, e);
+    }
+  }
+}
+
+TEST(CudaPrefill, RejectsBadCalls) {
+  REQUIRE_GPU();
+  cuda::DeviceKv kv(kv::CodecId::f16, 2, 128, 300);
+  kv.set_len(100);
+  cuda::Buffer q(100 * 8 * 128 * 4), out(100 * 8 * 128 * 4);
+  EXPECT_THROW(cuda::prefill_attention(kv.view(), q.as<float>(), 50, 10, 8, out.as<float>()), Error);  // 60 != 100
+  EXPECT_THROW(cuda::prefill_attention(kv.view(), q.as<float>(), 50, 50, 7, out.as<float>()), Error);  // 7 % 2
+  cuda::DeviceKv wide(kv::CodecId::f16, 1, 256, 10);
+  wide.set_len(4);
+  EXPECT_THROW(cuda::prefill_attention(wide.view(), q.as<float>(), 4, 0, 1, out.as<float>()), Error);  // d 256
+}
+
+// cuBLAS GEMM (x rounded to bf16/f16, quantized weights dequantized to bf16) vs float64 over the stored
+// weights and the unrounded x: 16-bit rounding of x (and of the dequantized weights) gives ~1e-3 relative.
+TEST(CudaGemm, EveryTypeMatchesReference) {
+  REQUIRE_GPU();
+  const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
+                            GgmlType::Q4_K};
+  struct Case { int64_t rows, cols, row0, take; int n; };
+  // A row range of a stacked matrix (as q|k|v), and more rows than one dequantization pass holds.
+  const Case cases[] = {{96, 512, 32, 40, 37}, {cuda::GemmRunner::kDequantRows + 40, 256, 0,
+                                                cuda::GemmRunner::kDequantRows + 40, 3}};
+  cuda::GemmRunner gemm(nullptr);
+  uint32_t seed = 900;
+  for (GgmlType t : types)
+    for (const Case& cs : cases) {
+      const auto wf = random_normal(cs.rows * cs.cols, seed++);
+      auto x = random_normal(cs.n * cs.cols, seed++);
+      x[5] *= 20.0f;  // an outlier channel
+      const size_t rb = ggml_row_bytes(t, uint64_t(cs.cols));
+      std::vector<uint8_t> wq(rb * cs.rows);
+      for (int64_t r = 0; r < cs.rows; ++r) quantize_row(t, wf.data() + r * cs.cols, wq.data() + r * rb, cs.cols);
+      std::vector<float> wd(size_t(cs.rows * cs.cols));  // the weights as stored
+      for (int64_t r = 0; r < cs.rows; ++r) dequantize_row(t, wq.data() + r * rb, wd.data() + r * cs.cols, cs.cols);
+      cuda::DeviceWeight w(t, cs.rows, cs.cols, wq.data());
+      const int64_t ldy = cs.take + 3;  // output rows wider than the part written (as q inside q|k|v)
+      cuda::Buffer xd(x.size() * 4), yd(size_t(cs.n * ldy) * 4);
+      xd.upload(x.data(), x.size() * 4);
+      yd.fill(0xff);
+      gemm.run(w, cs.row0, cs.take, xd.as<float>(), cs.n, yd.as<float>(), ldy);
+      cuda::check(cudaDeviceSynchronize(), "gemm test");
+      std::vector<float> y(size_t(cs.n * ldy));
+      yd.download(y.data(), y.size() * 4);
+      std::vector<float> got;
+      std::vector<double> ref;
+      for (int i = 0; i < cs.n; ++i)
+        for (int64_t r = 0; r < cs.take; ++r) {
+          double a = 0;
+          for (int64_t j = 0; j < cs.cols; ++j) a += double(wd[size_t((cs.row0 + r) * cs.cols + j)]) * x[size_t(i * cs.cols + j)];
+          ref.push_back(a);
+          got.push_back(y[size_t(i * ldy + r)]);
+        }
+      for (float v : got) ASSERT_TRUE(std::isfinite(v)) << ggml_type_name(t) << ": unwritten output";
+      EXPECT_LE(rel_l2(got, ref), t == GgmlType::F32 ? 1e-5 : t == GgmlType::F16 ? 1.5e-3 : 6e-3)
+          << ggml_type_name(t) << " " << cs.rows << "x" << cs.cols;
+      // Columns past the part stay as they were (NaN): the GEMM writes only its rows.
+      EXPECT_TRUE(std::isnan(y[size_t(ldy - 1)])) << ggml_type_name(t);
+    }
+}
+
+}  // namespace
+}  // namespace kvtax
