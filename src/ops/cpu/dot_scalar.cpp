@@ -1,5 +1,6 @@
 // Portable kernels: the same integer formulation as the SIMD paths (quantized activations, int32
 // sums per block), one row x one token at a time.
+#include <algorithm>
 #include <cstring>
 #include <type_traits>
 
@@ -19,6 +20,23 @@ void tile(const uint8_t* w, size_t w_stride, int64_t nrows, const uint8_t* act, 
       const float v = Dot::dot(w + size_t(r) * w_stride, act + size_t(t) * act_stride, cols);
       y[t * y_stride + r] = accumulate ? y[t * y_stride + r] + v : v;
     }
+}
+
+// K-quants: a one-token call sums kPanelCols panels in order, as the prefill blocking does (matmul_kernels.h).
+template <class Dot>
+void tile_k(const uint8_t* w, size_t w_stride, int64_t nrows, const uint8_t* act, size_t act_stride, int64_t ntok,
+            int64_t cols, float* y, int64_t y_stride, bool accumulate) {
+  if (ntok != 1) return tile<Dot>(w, w_stride, nrows, act, act_stride, ntok, cols, y, y_stride, accumulate);
+  for (int64_t r = 0; r < nrows; ++r) {
+    float v = 0;
+    for (int64_t c0 = 0; c0 < cols; c0 += kPanelCols) {
+      const size_t b0 = size_t(c0 / kQK_K);
+      const float part = Dot::dot(w + size_t(r) * w_stride + b0 * Dot::kBlockBytes, act + b0 * sizeof(BlockQ8_K),
+                                  std::min(kPanelCols, cols - c0));
+      v = c0 == 0 ? part : v + part;
+    }
+    y[r] = accumulate ? y[r] + v : v;
+  }
 }
 
 struct DotF32 {
@@ -75,6 +93,7 @@ struct DotQ4_0 {
 template <bool kFive>
 struct DotQ45K {
   using Block = std::conditional_t<kFive, BlockQ5_K, BlockQ4_K>;
+  static constexpr size_t kBlockBytes = sizeof(Block);
   static float dot(const uint8_t* w, const uint8_t* a, int64_t n) {
     const auto* wb = reinterpret_cast<const Block*>(w);
     const auto* ab = reinterpret_cast<const BlockQ8_K*>(a);
@@ -102,6 +121,7 @@ struct DotQ45K {
 };
 
 struct DotQ6K {
+  static constexpr size_t kBlockBytes = sizeof(BlockQ6_K);
   static float dot(const uint8_t* w, const uint8_t* a, int64_t n) {
     const auto* wb = reinterpret_cast<const BlockQ6_K*>(w);
     const auto* ab = reinterpret_cast<const BlockQ8_K*>(a);
@@ -132,8 +152,8 @@ void quant_q8_k(const float* x, void* out, int64_t n) { quantize_row(GgmlType::Q
 
 const Kernels& kernels_scalar() {
   static const Kernels k{tile<DotF32>,         tile<DotHalf<f16_to_f32>>, tile<DotHalf<bf16_to_f32>>,
-                         tile<DotQ8_0>,        tile<DotQ4_0>,             tile<DotQ45K<false>>,
-                         tile<DotQ45K<true>>,  tile<DotQ6K>,              quant_q8_0,
+                         tile<DotQ8_0>,        tile<DotQ4_0>,             tile_k<DotQ45K<false>>,
+                         tile_k<DotQ45K<true>>, tile_k<DotQ6K>,              quant_q8_0,
                          quant_q8_k};
   return k;
 }

@@ -17,8 +17,9 @@ namespace {
 // Prefill blocking. Columns are cut into panels of kPanelCols; within a panel a block of rows
 // (<= kRowBlockBytes of weights) stays in L2 while chunks of tokens (<= kTokenChunkBytes of
 // activations) pass over it, so every weight byte comes from DRAM once per call and activations are
-// re-read from L3 once per row block. Decode (one token) streams whole rows instead.
-constexpr int64_t kPanelCols = 1024;  // a multiple of every block size (<= 256)
+// re-read from L3 once per row block. Decode (one token) streams whole rows instead (the K-quant kernels
+// still sum them panel by panel, as a batch does). Q8_0 / Q4_0 kernels take whole rows and block internally.
+using mm::kPanelCols;
 constexpr size_t kRowBlockBytes = 192 * 1024;
 constexpr size_t kTokenChunkBytes = 128 * 1024;
 
@@ -123,6 +124,12 @@ void matmul_at(SimdLevel level, const Weight& w, const float* x, int64_t n_token
   auto run_rows = [&](int64_t r0, int64_t r1) {
     if (packed_gemm) {
       mm::gemm_float_avx2(w.type, w.data, w_stride, r0, r1, w.cols, x, n_tokens, y, w.rows);
+      return;
+    }
+    if (kind == mm::Act::q8_0) {
+      // Whole rows for every batch size: these kernels block internally and keep each (row, token)
+      // pair's arithmetic independent of the batch (q80_tile_x86.inc).
+      tile(w.data + size_t(r0) * w_stride, w_stride, r1 - r0, act, act_stride, n_tokens, w.cols, y + r0, w.rows, false);
       return;
     }
     if (n_tokens == 1) {

@@ -2,7 +2,10 @@
 // Weight x activation products for the forward pass. Quantized weights multiply activations that are
 // quantized once per call (Q8_0 for Q8_0/Q4_0 weights, Q8_K for K-quants) with integer dot products;
 // f32/f16/bf16 weights use float FMA. Decode (n_tokens == 1) streams each weight row once; prefill
-// reuses every weight block for up to 4 tokens from registers.
+// reuses every weight block for several tokens from registers.
+// Quantized weights are batch-invariant: a token's output row is bit-identical whatever n_tokens and
+// thread count (tests/matmul_batch_invariance_test.cpp). Float weights are not: from 8 tokens they take
+// the packed GEMM, which sums in another order than the decode kernel.
 #include <cstdint>
 
 #include "core/cpu.h"

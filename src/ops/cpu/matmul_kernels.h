@@ -8,6 +8,11 @@ namespace kvtax::mm {
 // Which activation encoding a weight type's kernel consumes.
 enum class Act { f32, q8_0, q8_k };
 
+// Prefill blocking cuts columns into panels of kPanelCols (a multiple of every block size); a row's
+// result is the panel sums added in order. For the K-quants a one-token call over more columns sums the
+// same panels the same way, so decode gives the bits a batch gives (Q8_0/Q4_0 kernels never use panels).
+inline constexpr int64_t kPanelCols = 1024;
+
 // Computes y[t*y_stride + r] (= or += when accumulate) for r < nrows, t < ntok over `cols` columns.
 // w: first row of the tile, rows w_stride bytes apart. act: first token's activations (encoded per
 // Act), tokens act_stride bytes apart. Column panels of a wider matrix are offset pointers.
