@@ -39,44 +39,43 @@ __device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t 
 __device__ __forceinline__ uint32_t lds32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
 
 // Decodes tokens k0 .. k0+kTile-1 of KV head h (zeros past kend) into k_s [token][d] and vt_s [d][token].
+// A tile never crosses a page (k0 is a multiple of kTile, which divides kPageTokens): one page-table load per
+// tile. Every load of the thread is issued before any conversion (no branch: tokens past kend re-read the last
+// row and get scale 0), so a tile costs about two round trips to memory instead of one per unit.
 template <CodecId C, int D, int KS, int VS>
 __device__ __forceinline__ void decode_tile(const PrefillArgs& a, const uint8_t* kh, int k0, int kend,
                                             const float* lv, __half* k_s, __half* vt_s) {
-  constexpr int kUnits = D / layout::kUnit;
+  constexpr int kUnits = D / layout::kUnit, kIters = kTile * kUnits / kThreads;
+  static_assert(kPageTokens % kTile == 0 && kTile * kUnits % kThreads == 0);
   const int tid = threadIdx.x;
-  // K: consecutive threads take consecutive units of one token (coalesced rows), 16-byte stores.
-  for (int idx = tid; idx < kTile * kUnits; idx += kThreads) {
-    const int key = idx / kUnits, u = idx % kUnits, t = k0 + key;
-    float y[8], s = 0.0f;
-    if (t < kend) {
-      const uint8_t* row = kh + size_t(__ldg(a.pages + (t >> kPageShift))) * a.page_bytes +
-                           size_t(t & (kPageTokens - 1)) * a.row_bytes;
-      s = layout::unit_decode<C>(row, D, u, lv, y);
-    } else {
+  const uint8_t* page = kh + size_t(__ldg(a.pages + (k0 >> kPageShift))) * a.page_bytes;
+  const uint8_t* base = page + size_t(k0 & (kPageTokens - 1)) * a.row_bytes;
+  float yk[kIters][8], yv[kIters][8], sk[kIters], sv[kIters];
 #pragma unroll
-      for (int k = 0; k < 8; ++k) y[k] = 0.0f;
-    }
-    uint4 p;
-    p.x = pack_half2(y[0] * s, y[1] * s);
-    p.y = pack_half2(y[2] * s, y[3] * s);
-    p.z = pack_half2(y[4] * s, y[5] * s);
-    p.w = pack_half2(y[6] * s, y[7] * s);
-    *reinterpret_cast<uint4*>(k_s + key * KS + u * 8) = p;
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * kThreads;
+    // K: consecutive threads take consecutive units of one token (coalesced rows).
+    const int kk = idx / kUnits, ku = idx % kUnits;
+    sk[i] = layout::unit_decode<C>(base + size_t(min(kk, kend - 1 - k0)) * a.row_bytes, D, ku, lv, yk[i]);
+    if (k0 + kk >= kend) sk[i] = 0.0f;
+    // V: consecutive threads take consecutive tokens of one unit (stores along a row of vt_s).
+    const int vk = idx % kTile, vu = idx / kTile;
+    sv[i] = layout::unit_decode<C>(base + a.v_offset + size_t(min(vk, kend - 1 - k0)) * a.row_bytes, D, vu, lv, yv[i]);
+    if (k0 + vk >= kend) sv[i] = 0.0f;
   }
-  // V, transposed: consecutive threads take consecutive tokens of one unit (stores along a row of vt_s).
-  for (int idx = tid; idx < kTile * kUnits; idx += kThreads) {
-    const int key = idx % kTile, u = idx / kTile, t = k0 + key;
-    float y[8], s = 0.0f;
-    if (t < kend) {
-      const uint8_t* row = kh + size_t(__ldg(a.pages + (t >> kPageShift))) * a.page_bytes + a.v_offset +
-                           size_t(t & (kPageTokens - 1)) * a.row_bytes;
-      s = layout::unit_decode<C>(row, D, u, lv, y);
-    } else {
 #pragma unroll
-      for (int k = 0; k < 8; ++k) y[k] = 0.0f;
-    }
+  for (int i = 0; i < kIters; ++i) {
+    const int idx = tid + i * kThreads;
+    const int kk = idx / kUnits, ku = idx % kUnits, vk = idx % kTile, vu = idx / kTile;
+    const float s = sk[i];
+    uint4 p;
+    p.x = pack_half2(yk[i][0] * s, yk[i][1] * s);
+    p.y = pack_half2(yk[i][2] * s, yk[i][3] * s);
+    p.z = pack_half2(yk[i][4] * s, yk[i][5] * s);
+    p.w = pack_half2(yk[i][6] * s, yk[i][7] * s);
+    *reinterpret_cast<uint4*>(k_s + kk * KS + ku * 8) = p;
 #pragma unroll
-    for (int k = 0; k < 8; ++k) vt_s[(u * 8 + k) * VS + key] = __float2half_rn(y[k] * s);
+    for (int k = 0; k < 8; ++k) vt_s[(vu * 8 + k) * VS + vk] = __float2half_rn(yv[i][k] * sv[i]);
   }
 }
 
