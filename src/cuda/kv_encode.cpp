@@ -1,50 +1,17 @@
 #include "cuda/kv_encode.h"
 
-#include <mutex>
-#include <vector>
-
 #include "core/error.h"
 #include "cuda/attention_launch.h"
+#include "cuda/codec_tables.h"
 #include "cuda/kv_encode_launch.h"
 #include "kv/codecs/formats.h"
 #include "kv/codecs/layout.h"
-#include "kv/rotation.h"
 
 namespace kvtax::cuda {
 namespace {
 
-// Device copies of the rotation signs and the tq codebooks with their thresholds (computed here in
-// float exactly as kv/codecs/tq.cpp does), uploaded once per process and kept for its lifetime.
-struct Tables {
-  Buffer signs, tq4, tq4_thr, tq3, tq3_thr;
-};
-
-const Tables& tables() {
-  static Tables* t = [] {
-    auto* r = new Tables;
-    auto up = [](const float* p, size_t n) {
-      Buffer b(n * 4);
-      b.upload(p, n * 4);
-      return b;
-    };
-    auto thr = [](const float* lv, int k) {
-      std::vector<float> v(size_t(k - 1));
-      for (int i = 0; i + 1 < k; ++i) v[size_t(i)] = 0.5f * (lv[i] + lv[i + 1]);
-      return v;
-    };
-    r->signs = up(kv::rotation_signs(), kv::kRotationMaxDim);
-    r->tq4 = up(kv::tq4_levels().data(), 16);
-    r->tq3 = up(kv::tq3_levels().data(), 8);
-    const auto t4 = thr(kv::tq4_levels().data(), 16), t3 = thr(kv::tq3_levels().data(), 8);
-    r->tq4_thr = up(t4.data(), t4.size());
-    r->tq3_thr = up(t3.data(), t3.size());
-    return r;
-  }();
-  return *t;
-}
-
 detail::EncodeTables tables_for(kv::CodecId c) {
-  const Tables& t = tables();
+  const CodecTables& t = codec_tables();
   detail::EncodeTables e{t.signs.as<float>(), nullptr, nullptr};
   if (c == kv::CodecId::tq4) e = {t.signs.as<float>(), t.tq4.as<float>(), t.tq4_thr.as<float>()};
   if (c == kv::CodecId::tq3) e = {t.signs.as<float>(), t.tq3.as<float>(), t.tq3_thr.as<float>()};

@@ -2,36 +2,15 @@
 
 #include "core/error.h"
 #include "cuda/attention_launch.h"
+#include "cuda/codec_tables.h"
 #include "cuda/prefill_launch.h"
 #include "kv/codecs/formats.h"
 #include "kv/codecs/layout.h"
-#include "kv/rotation.h"
 
 namespace kvtax::cuda {
 namespace {
 
 bool rotated(kv::CodecId c) { return c == kv::CodecId::q4r || c == kv::CodecId::tq4 || c == kv::CodecId::tq3; }
-
-// Rotation signs and tq codebooks on the device, uploaded once per process and kept for its lifetime.
-struct Tables {
-  Buffer signs, tq4, tq3;
-};
-
-const Tables& tables() {
-  static Tables* t = [] {
-    auto* r = new Tables;
-    auto up = [](const float* p, size_t n) {
-      Buffer b(n * 4);
-      b.upload(p, n * 4);
-      return b;
-    };
-    r->signs = up(kv::rotation_signs(), kv::kRotationMaxDim);
-    r->tq4 = up(kv::tq4_levels().data(), 16);
-    r->tq3 = up(kv::tq3_levels().data(), 8);
-    return r;
-  }();
-  return *t;
-}
 
 }  // namespace
 
@@ -51,7 +30,7 @@ void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_he
          pos0, kv.len, kv.max_len);
   if (int64_t(n_tok) * n_heads > (int64_t(1) << 28))
     fail("CUDA prefill attention: chunk of {} tokens x {} heads is too large", n_tok, n_heads);
-  const Tables& t = tables();
+  const CodecTables& t = codec_tables();
   const int64_t rows = int64_t(n_tok) * n_heads;
   if (rotated(kv.codec))
     check(detail::launch_rotate_rows(q, rows, kv.head_dim, t.signs.as<float>(), false, stream), "q rotation");
