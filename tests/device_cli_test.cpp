@@ -2,25 +2,15 @@
 // clear errors before any work; without --device the CPU path runs as before.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <string>
+
+#include "cli_test_util.h"
 
 namespace {
 
-struct CliRun {
-  int status;
-  std::string out;  // stdout and stderr together
-};
+using kvtax::testing::CliRun;
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(KVTAX_BINARY) + " " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  return {pclose(p), out};
-}
+CliRun run(const std::string& args) { return kvtax::testing::run_kvtax(args); }
 
 const std::string kModel = std::string(KVTAX_SOURCE_DIR) + "/models/kvtax-recall-12m.gguf";
 

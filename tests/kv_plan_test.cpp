@@ -1,12 +1,12 @@
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <limits>
 #include <string>
 
 #include <nlohmann/json.hpp>
 
+#include "cli_test_util.h"
 #include "core/error.h"
 #include "kv/plan.h"
 
@@ -62,22 +62,17 @@ TEST(KvPlan, WindowPlateauAndHeadDimFilter) {
 namespace kvtax {
 namespace {
 
-std::string run_capture(const std::string& cmd, int* rc) {
-  std::string out;
-  FILE* p = popen((cmd + " 2>&1").c_str(), "r");
-  if (!p) return out;
-  char buf[4096];
-  size_t n;
-  while ((n = fread(buf, 1, sizeof buf, p)) > 0) out.append(buf, n);
-  *rc = pclose(p);
-  return out;
+std::string run_capture(const std::string& args, int* rc) {
+  const testing::CliRun r = testing::run_kvtax(args);
+  *rc = r.status;
+  return r.out;
 }
 
 TEST(KvPlanCli, StoriesJson) {
   const std::string model = std::string(KVTAX_SHARED_DIR) + "/fixtures/stories260K.gguf";
   if (!std::filesystem::exists(model)) GTEST_SKIP() << "../shared absent: " << model;
   int rc = 0;
-  const std::string out = run_capture(std::string(KVTAX_BINARY) + " plan -m " + model + " --reserve 64MiB --json", &rc);
+  const std::string out = run_capture("plan -m " + model + " --reserve 64MiB --json", &rc);
   ASSERT_EQ(rc, 0) << out;
   const auto j = nlohmann::json::parse(out);
   EXPECT_EQ(j["n_layers"], 5);
@@ -92,7 +87,7 @@ TEST(KvPlanCli, StoriesJson) {
       EXPECT_EQ(p["tokens"], 409 * 256);
     }
   }
-  const std::string bad = run_capture(std::string(KVTAX_BINARY) + " plan -m " + model + " --reserve 12XB", &rc);
+  const std::string bad = run_capture("plan -m " + model + " --reserve 12XB", &rc);
   EXPECT_NE(rc, 0);
   EXPECT_NE(bad.find("bad size unit"), std::string::npos) << bad;
 }

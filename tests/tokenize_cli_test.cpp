@@ -1,28 +1,17 @@
 // `kvtax tokenize` end to end: output format, flags and error messages.
 #include <gtest/gtest.h>
 
-#include <cstdio>
 #include <filesystem>
 #include <string>
 
+#include "cli_test_util.h"
 #include "gguf/gguf.h"
 
 namespace {
 
-struct CliRun {
-  int status;
-  std::string out;  // stdout and stderr together
-};
+using kvtax::testing::CliRun;
 
-CliRun run(const std::string& args) {
-  const std::string cmd = std::string(KVTAX_BINARY) + " tokenize " + args + " 2>&1";
-  FILE* p = popen(cmd.c_str(), "r");
-  if (!p) return {-1, ""};
-  std::string out;
-  char buf[4096];
-  for (size_t n; (n = fread(buf, 1, sizeof buf, p)) > 0;) out.append(buf, n);
-  return {pclose(p), out};
-}
+CliRun run(const std::string& args) { return kvtax::testing::run_kvtax("tokenize " + args); }
 
 std::string vocab(const std::string& name) {
   return (std::filesystem::path(KVTAX_SHARED_DIR) / "fixtures" / "vocab" / ("ggml-vocab-" + name + ".gguf")).string();
