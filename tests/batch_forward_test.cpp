@@ -6,14 +6,12 @@
 #include <cmath>
 #include <filesystem>
 
-#include <unistd.h>
-
 #include "core/error.h"
 #include "engine/generate.h"
 #include "model/forward.h"
-#include "model/make_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "tiny_model_util.h"
 
 using namespace kvtax;
 
@@ -22,16 +20,8 @@ namespace {
 class BatchForward : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = (std::filesystem::temp_directory_path() / ("kvtax-batch-" + std::to_string(getpid()) + ".gguf")).string();
-    MakeModelOptions o;
-    o.spec = arch_spec("tiny");
-    o.spec.d_ff = 1024;  // one matmul column panel: greedy tokens cannot flip on float association (serve_test_util.h)
-    o.n_layers = 2;
-    o.type = GgmlType::Q8_0;
-    o.seed = 23;
-    o.out_path = path_;
-    make_model(o);
-    model_ = Model::load(path_).release();
+    // d_ff 1024: one matmul column panel, so greedy tokens cannot flip on float association (serve_test_util.h)
+    model_ = kvtax::testing::make_tiny_model("batch", GgmlType::Q8_0, 23, &path_, 1024);
     pool_ = new ThreadPool(2);
   }
   static void TearDownTestSuite() {

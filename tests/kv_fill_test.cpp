@@ -5,12 +5,10 @@
 #include <filesystem>
 #include <random>
 
-#include <unistd.h>
-
 #include "core/error.h"
 #include "engine/kv_fill.h"
-#include "model/make_model.h"
 #include "model/model.h"
+#include "tiny_model_util.h"
 
 using namespace kvtax;
 
@@ -19,15 +17,7 @@ namespace {
 class KvFill : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = (std::filesystem::temp_directory_path() / ("kvtax-kvfill-" + std::to_string(getpid()) + ".gguf")).string();
-    MakeModelOptions o;
-    o.spec = arch_spec("tiny");
-    o.n_layers = 2;
-    o.type = GgmlType::F16;
-    o.seed = 5;
-    o.out_path = path_;
-    make_model(o);
-    model_ = Model::load(path_).release();
+    model_ = kvtax::testing::make_tiny_model("kvfill", GgmlType::F16, 5, &path_);
   }
   static void TearDownTestSuite() {
     delete model_;

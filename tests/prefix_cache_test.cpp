@@ -4,14 +4,12 @@
 
 #include <filesystem>
 
-#include <unistd.h>
-
 #include "core/error.h"
 #include "engine/local_runner.h"
 #include "engine/session.h"
-#include "model/make_model.h"
 #include "model/model.h"
 #include "tokenizer/tokenizer.h"
+#include "tiny_model_util.h"
 
 using namespace kvtax;
 
@@ -20,15 +18,7 @@ namespace {
 class PrefixCache : public ::testing::Test {
  protected:
   static void SetUpTestSuite() {
-    path_ = (std::filesystem::temp_directory_path() / ("kvtax-prefix-" + std::to_string(getpid()) + ".gguf")).string();
-    MakeModelOptions o;
-    o.spec = arch_spec("tiny");
-    o.n_layers = 2;
-    o.type = GgmlType::F16;
-    o.seed = 11;
-    o.out_path = path_;
-    make_model(o);
-    model_ = Model::load(path_).release();
+    model_ = kvtax::testing::make_tiny_model("prefix", GgmlType::F16, 11, &path_);
     pool_ = new ThreadPool(2);
   }
   static void TearDownTestSuite() {
