@@ -95,18 +95,64 @@ TEST(ParityStories, Greedy200TokensIdenticalToLlamaCpp) {
 // Weight types run with f32 KV on both sides (the matmul path alone); the kvq8 cases compare our q8/q8 cache with
 // llama.cpp's q8_0/q8_0 flash attention. The random model's top-2 margins are small (median 0.16, smallest
 // 0.003 logits), so one flipped rounding of an 8-bit activation upstream can move a top-1: llama.cpp against
-// itself with an f16 instead of an f32 cache agrees at only 246/256 positions (docs/perf.md).
+// itself with an f16 instead of an f32 cache agrees at only 246/256 positions, and its SSE build against its
+// AVX2 build on the same q4_K file at 250/256 (docs/perf.md). Required: top-1 agreement >= 99% over all
+// positions, or, on files where llama.cpp's two builds agree less than that, as often as they do.
 struct RandomCase {
   std::string arch, type, golden, kv;
   enum Source { kvtax_made_ci, kvtax_made_cached, llama_quantized } source;
-  double min_agreement = 0.95;  // over all 256 positions, near-ties included
   double max_rel_error = 0.02;  // max |Δlogit| over llama.cpp's top-32 / |its top logit|
 };
 
 // A top-2 gap this small is inside the activation-quantization noise of either implementation (see above).
 constexpr double kDecidedMargin = 0.05;
+// Near-tie flips are a random draw on either side: two builds at the same noise level land a position or two
+// apart.
+constexpr double kDrawSlack = 2;
 
 void PrintTo(const RandomCase& c, std::ostream* os) { *os << c.golden << " (KV " << c.kv << ")"; }
+
+// Top-1 agreement of a candidate with a reference golden over the first n rows.
+struct Agreement {
+  int agree = 0, decided = 0, decided_agree = 0;
+  uint32_t n = 0;
+  double worst_rel = 0;  // max |Δlogit| over the reference's top-32 / |its top logit| (when logits are given)
+  std::string flips;
+  double rate() const { return double(agree) / n; }
+  double decided_rate() const { return decided ? double(decided_agree) / decided : 1.0; }
+  std::string str() const {
+    return fmt::format("{}/{} = {:.2f}%; where the reference's top-2 gap >= {:.2f}: {}/{} = {:.2f}%{}; differing "
+                       "positions:{}", agree, n, 100 * rate(), kDecidedMargin, decided_agree, decided,
+                       100 * decided_rate(), worst_rel > 0 ? fmt::format("; max rel logit error {:.3g}", worst_rel) : "",
+                       flips);
+  }
+};
+
+uint32_t top1(const std::vector<float>& logits, uint32_t n_vocab, uint32_t r) {
+  const float* row = &logits[size_t(r) * n_vocab];
+  return uint32_t(std::max_element(row, row + n_vocab) - row);
+}
+
+template <class Top1>
+Agreement agreement(const Golden& ref, uint32_t n, Top1 candidate, const std::vector<float>* logits = nullptr) {
+  Agreement a;
+  a.n = n;
+  for (uint32_t r = 0; r < n; ++r) {
+    const auto& top = ref.top[r];
+    const bool same = candidate(r) == uint32_t(top[0].first);
+    const double margin = top[0].second - top[1].second;
+    a.agree += same;
+    if (margin >= kDecidedMargin) a.decided++, a.decided_agree += same;
+    if (!same) a.flips += fmt::format(" {}(gap {:.3f})", r, margin);
+    if (logits) {
+      const float* row = &(*logits)[size_t(r) * ref.n_vocab];
+      double diff = 0;
+      for (const auto& [id, v] : top) diff = std::max(diff, double(std::abs(row[id] - v)));
+      a.worst_rel = std::max(a.worst_rel, diff / std::abs(double(top[0].second)));
+    }
+  }
+  return a;
+}
 
 class ParityRandom : public testing::TestWithParam<RandomCase> {
  protected:
@@ -159,31 +205,34 @@ TEST_P(ParityRandom, Top1AgreementWithLlamaCpp) {
     std::printf("KVTAX_PARITY_POSITIONS: reduced run, first %u of %u positions\n", n_rows, g.n_rows);
   const std::vector<int32_t> tokens(g.tokens.begin(), g.tokens.begin() + n_rows);
   const auto ours = all_logits(*m, tokens, c.kv.c_str(), 128);
-  int agree = 0, decided = 0, decided_agree = 0;
-  double worst_rel = 0;
-  std::string flips;
-  for (uint32_t r = 0; r < n_rows; ++r) {
-    const float* row = &ours[size_t(r) * g.n_vocab];
-    const auto& top = g.top[r];
-    const bool same = std::max_element(row, row + g.n_vocab) - row == top[0].first;
-    const double margin = top[0].second - top[1].second;  // llama.cpp's own top-2 gap
-    agree += same;
-    if (margin >= kDecidedMargin) decided++, decided_agree += same;
-    if (!same) flips += fmt::format(" {}(gap {:.3f})", r, margin);
-    double diff = 0;
-    for (const auto& [id, v] : top) diff = std::max(diff, double(std::abs(row[id] - v)));
-    worst_rel = std::max(worst_rel, diff / std::abs(double(top[0].second)));
+  const Agreement vs_llama = agreement(g, n_rows, [&](uint32_t r) { return top1(ours, g.n_vocab, r); }, &ours);
+  std::printf("%s %s%s (KV %s): top-1 agreement with llama.cpp %s\n", c.arch.c_str(),
+              c.source == RandomCase::llama_quantized ? "llama-quantize " : "", c.type.c_str(), c.kv.c_str(),
+              vs_llama.str().c_str());
+  EXPECT_GE(vs_llama.decided_rate(), 0.99);
+  EXPECT_LE(vs_llama.worst_rel, c.max_rel_error);
+
+  // llama.cpp built without AVX (goldens/llama-sse/, same file and tokens) takes other code paths for every
+  // matmul. Where its two builds agree with each other at fewer than 99% of the positions, that is the noise
+  // floor of this check: kvtax must then be as close to llama.cpp (to either build) as they are to each other.
+  Golden sse;
+  double bound = 0.99, best = vs_llama.rate();
+  if (Golden::load(kGoldens + "llama-sse/" + c.golden, sse)) {
+    ASSERT_EQ(sse.tokens, g.tokens);
+    const Agreement peer = agreement(g, n_rows, [&](uint32_t r) { return uint32_t(sse.top[r][0].first); });
+    const Agreement vs_sse = agreement(sse, n_rows, [&](uint32_t r) { return top1(ours, g.n_vocab, r); });
+    int consensus = 0, consensus_agree = 0;  // positions where both builds give the same top-1
+    for (uint32_t r = 0; r < n_rows; ++r)
+      if (sse.top[r][0].first == g.top[r][0].first)
+        consensus++, consensus_agree += top1(ours, g.n_vocab, r) == uint32_t(g.top[r][0].first);
+    std::printf("  llama.cpp SSE build vs its AVX2 build %s\n  kvtax vs the SSE build %s\n"
+                "  kvtax where both llama.cpp builds agree: %d/%d = %.2f%%\n", peer.str().c_str(),
+                vs_sse.str().c_str(), consensus_agree, consensus, 100.0 * consensus_agree / consensus);
+    EXPECT_GE(vs_sse.decided_rate(), 0.99);
+    bound = std::min(bound, peer.rate() - kDrawSlack / n_rows);
+    best = std::max(best, vs_sse.rate());
   }
-  const double agreement = double(agree) / n_rows,
-               decided_agreement = decided ? double(decided_agree) / decided : 1.0;
-  std::printf("%s %s%s (KV %s): top-1 agreement %d/%u = %.2f%%; where llama.cpp's top-2 gap >= %.2f: %d/%d = %.2f%%;"
-              " max rel logit error over llama.cpp's top-32 %.3g; differing positions:%s\n",
-              c.arch.c_str(), c.source == RandomCase::llama_quantized ? "llama-quantize " : "", c.type.c_str(),
-              c.kv.c_str(), agree, n_rows, 100 * agreement, kDecidedMargin, decided_agree, decided,
-              100 * decided_agreement, worst_rel, flips.c_str());
-  EXPECT_GE(decided_agreement, 0.99);
-  EXPECT_GE(agreement, c.min_agreement);
-  EXPECT_LE(worst_rel, c.max_rel_error);
+  EXPECT_GE(best, bound);
 }
 
 // CI makes six models covering every type (llama3-8b f16, q8_0, q4_K; the cheaper qwen3-4b f16, q4_0, q6_K: 1-7 min

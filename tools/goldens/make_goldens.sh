@@ -12,16 +12,25 @@ ROOT=$(cd "$(dirname "$0")/../.." && pwd)
 PEERS=${KVTAX_PEERS:-$HOME/.cache/kvtax/peers}
 KVTAX=${KVTAX:-$ROOT/build/release/kvtax}
 DUMP=$PEERS/llama_logits
+DUMP_SSE=$PEERS/llama_logits_sse  # llama.cpp's SSE4.2 build: its own build-to-build spread (goldens/llama-sse/)
 QUANT=$PEERS/llama.cpp/build/bin/llama-quantize
 SHARED=$ROOT/../shared
 OUT=$ROOT/tests/data/goldens
 MODELS=${KVTAX_MODELS:-$HOME/.cache/kvtax/models}
 ONLY=${1:-*}
-mkdir -p "$OUT" "$MODELS"
-[ -x "$DUMP" ] || { echo "build the peer first: tools/peers/build_llama.sh" >&2; exit 1; }
+mkdir -p "$OUT/llama-sse" "$MODELS"
+[ -x "$DUMP" ] && [ -x "$DUMP_SSE" ] || { echo "build the peer first: tools/peers/build_llama.sh" >&2; exit 1; }
 [ -x "$KVTAX" ] || { echo "no kvtax binary at $KVTAX (build it or set KVTAX)" >&2; exit 1; }
 
 wanted() { [[ $1 == $ONLY ]]; }
+
+# A llama3-8b random-model golden from both llama.cpp builds (its qwen3-4b ones agree at every position anyway).
+dump_both() {  # model golden dumper-args...
+  local m=$1 g=$2
+  shift 2
+  "$DUMP" "$m" "$OUT/$g" "$@"
+  if [[ $g == llama3-* ]]; then "$DUMP_SSE" "$m" "$OUT/llama-sse/$g" "$@"; fi
+}
 
 # Makes a random-weight model unless it is already cached (written to a temporary name first, so an
 # interrupted run never leaves a truncated model behind).
@@ -58,7 +67,7 @@ for arch in llama3-8b qwen3-4b; do
     g=$arch-2l-$type.bin
     wanted "$g" || continue
     m=$(model "$arch" "$type")
-    "$DUMP" "$m" "$OUT/$g" --tokens "$(tokens 256 $vocab)" --top 32 --ctk f32 --ctv f32
+    dump_both "$m" "$g" --tokens "$(tokens 256 $vocab)" --top 32 --ctk f32 --ctv f32
   done
   # llama-quantize's own output from our f16 file: the same check on bytes made by the peer's quantizer.
   for type in Q4_0 Q4_K Q6_K; do
@@ -69,12 +78,12 @@ for arch in llama3-8b qwen3-4b; do
       "$QUANT" "$(model "$arch" f16)" "$q.part" "$type" >/dev/null 2>&1
       mv "$q.part" "$q"
     fi
-    "$DUMP" "$q" "$OUT/$g" --tokens "$(tokens 256 $vocab)" --top 32 --ctk f32 --ctv f32
+    dump_both "$q" "$g" --tokens "$(tokens 256 $vocab)" --top 32 --ctk f32 --ctv f32
   done
   # q8_0 K and V with flash attention (KV parity) on the f16 model.
   g=$arch-2l-f16-kvq8.bin
   if wanted "$g"; then
-    "$DUMP" "$(model "$arch" f16)" "$OUT/$g" --tokens "$(tokens 256 $vocab)" --top 32 --ctk q8_0 --ctv q8_0 --fa
+    dump_both "$(model "$arch" f16)" "$g" --tokens "$(tokens 256 $vocab)" --top 32 --ctk q8_0 --ctv q8_0 --fa
   fi
 done
-ls -la "$OUT"
+ls -la "$OUT" "$OUT/llama-sse"
