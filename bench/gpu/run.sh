@@ -11,7 +11,8 @@
 # bench.txt, kernels.jsonl, torch.txt, torch.jsonl, decode_step.txt, decode_step.jsonl, prefill.txt,
 # prefill.jsonl. KVTAX_GPU_PARTS="a b c" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
 # make-model (default: the shared fixtures); KVTAX_GPU_LAYERS (default 32) and KVTAX_GPU_DEPTHS the size of b,
-# KVTAX_GPU_TEST_FILTER picks tests; KVTAX_GPU_PREFILL_LENGTH (default 32768) and KVTAX_GPU_PREFILL_CODECS (default all) that of c.
+# KVTAX_GPU_CODECS (default f16,fp8,q8,q4r) the KV codecs of b, KVTAX_GPU_BENCH_ARGS extra flags for part a's
+# kvtax_gpu_bench (e.g. --no-attention), KVTAX_GPU_TEST_FILTER picks tests; KVTAX_GPU_PREFILL_LENGTH (default 32768) and KVTAX_GPU_PREFILL_CODECS (default all) that of c.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${OUT:-$here/out}}
@@ -49,7 +50,8 @@ grep -q "^\[  FAILED  \]" "$out/tests.txt" && echo "CUDA TESTS FAILED"
 part_a() {
   echo "== part a: kernels"
   if [ -n "$bench" ]; then
-    "$bench" --json "$out/kernels.jsonl" 2>"$out/bench_progress.txt" | tee "$out/bench.txt" || echo "kernel bench FAILED"
+    # shellcheck disable=SC2086  # KVTAX_GPU_BENCH_ARGS: extra flags, e.g. --no-attention
+    "$bench" --json "$out/kernels.jsonl" ${KVTAX_GPU_BENCH_ARGS:-} 2>"$out/bench_progress.txt" | tee "$out/bench.txt" || echo "kernel bench FAILED"
   fi
   copy=$(grep -o 'copy: [0-9]*' "$out/bench.txt" 2>/dev/null | grep -o '[0-9]*' || echo 0)
   if [ "${KVTAX_GPU_TORCH:-1}" != 0 ]; then
@@ -81,7 +83,7 @@ part_b() {
   for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
     m=$(model_for "$type") || continue
     "$bin/kvtax_gpu_decode_bench" -m "$m" --label "$type" --json "$out/decode_step.jsonl" \
-      --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
+      --codecs "${KVTAX_GPU_CODECS:-f16,fp8,q8,q4r}" --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
       echo "decode bench FAILED ($type)"
   done
 }
