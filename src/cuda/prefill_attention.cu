@@ -5,6 +5,11 @@
 // the S accumulators become the A operand of P V without leaving registers. Scores are in base 2 (q is
 // pre-scaled by log2 e / sqrt(d)).
 //
+// Pipeline per 64-key tile: the raw codec bytes of the NEXT tile's K and V rows are copied to shared memory
+// with cp.async while this tile is decoded (shared -> shared, f16) and multiplied, so the tile loads' memory
+// latency hides behind the tensor-core work instead of stalling the block. Fragments come from the f16 tiles
+// through ldmatrix (V row-major, read transposed by ldmatrix.trans).
+//
 // Fragment layout of m16n8k16 (PTX ISA), lane = 4 g + c: A regs {row g | row g+8} x {cols 2c,2c+1 | +8};
 // B regs: k rows 2c,2c+1 (+8) of column g; C: rows g / g+8, columns 2c, 2c+1.
 #include <cuda_fp16.h>
@@ -36,55 +41,72 @@ __device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t 
       : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
 }
 
-__device__ __forceinline__ uint32_t lds32(const __half* p) { return *reinterpret_cast<const uint32_t*>(p); }
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
-// Decodes tokens k0 .. k0+kTile-1 of KV head h (zeros past kend) into k_s [token][d] and vt_s [d][token].
-// A tile never crosses a page (k0 is a multiple of kTile, which divides kPageTokens): one page-table load per
-// tile. Every load of the thread is issued before any conversion (no branch: tokens past kend re-read the last
-// row and get scale 0), so a tile costs about two round trips to memory instead of one per unit.
-template <CodecId C, int D, int KS, int VS>
-__device__ __forceinline__ void decode_tile(const PrefillArgs& a, const uint8_t* kh, int k0, int kend,
-                                            const float* lv, __half* k_s, __half* vt_s) {
-  constexpr int kUnits = D / layout::kUnit, kIters = kTile * kUnits / kThreads;
-  static_assert(kPageTokens % kTile == 0 && kTile * kUnits % kThreads == 0);
-  const int tid = threadIdx.x;
+__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const __half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const __half* p) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
+}
+
+__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
+}
+__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
+__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
+
+// Raw bytes of one tile in shared memory: kTile K rows, then kTile V rows (row_bytes each, 16-byte multiple
+// in total since kTile * row_bytes is).
+__host__ __device__ constexpr size_t raw_tile_bytes(size_t row_bytes) { return 2 * kTile * row_bytes; }
+
+// Starts the copy of tokens k0 .. k0+kTile-1 of KV head h into `raw`. A tile never crosses a page (k0 is a
+// multiple of kTile, which divides kPageTokens): one page-table load per tile. Rows past the cache's length
+// are copied too (the page holds them) and zeroed when decoded.
+__device__ __forceinline__ void issue_tile(const PrefillArgs& a, const uint8_t* kh, int k0, uint8_t* raw) {
   const uint8_t* page = kh + size_t(__ldg(a.pages + (k0 >> kPageShift))) * a.page_bytes;
   const uint8_t* base = page + size_t(k0 & (kPageTokens - 1)) * a.row_bytes;
-  float yk[kIters][8], yv[kIters][8], sk[kIters], sv[kIters];
-#pragma unroll
-  for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * kThreads;
-    // K: consecutive threads take consecutive units of one token (coalesced rows).
-    const int kk = idx / kUnits, ku = idx % kUnits;
-    sk[i] = layout::unit_decode<C>(base + size_t(min(kk, kend - 1 - k0)) * a.row_bytes, D, ku, lv, yk[i]);
-    if (k0 + kk >= kend) sk[i] = 0.0f;
-    // V: consecutive threads take consecutive tokens of one unit (stores along a row of vt_s).
-    const int vk = idx % kTile, vu = idx / kTile;
-    sv[i] = layout::unit_decode<C>(base + a.v_offset + size_t(min(vk, kend - 1 - k0)) * a.row_bytes, D, vu, lv, yv[i]);
-    if (k0 + vk >= kend) sv[i] = 0.0f;
+  const int n16 = int(kTile * a.row_bytes / 16);
+  for (int i = threadIdx.x; i < n16; i += kThreads) {
+    cp_async16(raw + 16 * i, base + 16 * i);
+    cp_async16(raw + kTile * a.row_bytes + 16 * i, base + a.v_offset + 16 * i);
   }
+}
+
+// Decodes a raw tile into k_s / v_s [token][d] as f16 with the unit's factor applied; keys at or past kend
+// become zeros (their bytes may be anything, NaN included, and P V would carry a NaN even at weight 0).
+template <CodecId C, int D, int S>
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, size_t row_bytes, int k0, int kend,
+                                            const float* lv, __half* k_s, __half* v_s) {
+  constexpr int kUnits = D / layout::kUnit, kIters = 2 * kTile * kUnits / kThreads;
+  static_assert(kPageTokens % kTile == 0 && 2 * kTile * kUnits % kThreads == 0);
 #pragma unroll
   for (int i = 0; i < kIters; ++i) {
-    const int idx = tid + i * kThreads;
-    const int kk = idx / kUnits, ku = idx % kUnits, vk = idx % kTile, vu = idx / kTile;
-    const float s = sk[i];
+    const int idx = threadIdx.x + i * kThreads;  // consecutive threads: consecutive units of one row
+    const int row = idx / kUnits, u = idx % kUnits, tok = row % kTile;
+    float y[8];
+    const float f = layout::unit_decode<C, /*kNc=*/false>(raw + size_t(row) * row_bytes, D, u, lv, y);
+    const bool live = k0 + tok < kend;
     uint4 p;
-    p.x = pack_half2(yk[i][0] * s, yk[i][1] * s);
-    p.y = pack_half2(yk[i][2] * s, yk[i][3] * s);
-    p.z = pack_half2(yk[i][4] * s, yk[i][5] * s);
-    p.w = pack_half2(yk[i][6] * s, yk[i][7] * s);
-    *reinterpret_cast<uint4*>(k_s + kk * KS + ku * 8) = p;
-#pragma unroll
-    for (int k = 0; k < 8; ++k) vt_s[(vu * 8 + k) * VS + vk] = __float2half_rn(yv[i][k] * sv[i]);
+    p.x = pack_half2(live ? y[0] * f : 0.0f, live ? y[1] * f : 0.0f);
+    p.y = pack_half2(live ? y[2] * f : 0.0f, live ? y[3] * f : 0.0f);
+    p.z = pack_half2(live ? y[4] * f : 0.0f, live ? y[5] * f : 0.0f);
+    p.w = pack_half2(live ? y[6] * f : 0.0f, live ? y[7] * f : 0.0f);
+    *reinterpret_cast<uint4*>((row < kTile ? k_s : v_s) + tok * S + u * 8) = p;
   }
 }
 
 // grid (n_kv_heads, row tiles); the tiles with the most keys start first.
 template <CodecId C, int D>
 __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
-  constexpr int KS = D + 8, VS = kTile + 8;  // padded strides (halves): conflict-free fragment loads
-  __shared__ __align__(16) __half k_s[kTile * KS];
-  __shared__ __align__(16) __half vt_s[D * VS];
+  constexpr int S = D + 8;  // padded row stride (halves): the 8 rows of an ldmatrix hit different banks
+  extern __shared__ __align__(16) uint8_t smem[];
+  const size_t raw_bytes = raw_tile_bytes(a.row_bytes);
+  auto raw = [&](int t) { return smem + (t & 1) * raw_bytes; };  // two stages
+  __half* k_s = reinterpret_cast<__half*>(smem + 2 * raw_bytes);
+  __half* v_s = k_s + kTile * S;
   __shared__ float lv[16];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
@@ -124,22 +146,29 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
-  for (int k0 = 0; k0 < kend; k0 += kTile) {
-    __syncthreads();  // the previous tile is consumed (and lv is written before the first)
-    decode_tile<C, D, KS, VS>(a, kh, k0, kend, lv, k_s, vt_s);
+  issue_tile(a, kh, 0, raw(0));
+  cp_async_commit();
+  for (int k0 = 0, t = 0; k0 < kend; k0 += kTile, ++t) {
+    if (k0 + kTile < kend) issue_tile(a, kh, k0 + kTile, raw(t + 1));
+    cp_async_commit();  // possibly empty: the wait below always means "all but the newest group"
+    cp_async_wait_1();
+    __syncthreads();  // this tile's bytes are in (every thread's copies), the previous tile is consumed
+    decode_tile<C, D, S>(raw(t), a.row_bytes, k0, kend, lv, k_s, v_s);
     __syncthreads();
     if (k0 > warp_max) continue;  // every key of this tile is in the future of this warp's rows
-    // Independent accumulators innermost: consecutive products do not wait on each other (a chain of
-    // dependent mma.sync runs at its latency, ~8x under the issue rate: 83 TFLOP/s at 32k on the H200).
     float s[kTile / 8][4];
 #pragma unroll
     for (int nt = 0; nt < kTile / 8; ++nt) s[nt][0] = s[nt][1] = s[nt][2] = s[nt][3] = 0.0f;
+    // ldmatrix x4, lane l addresses row l % 8 of matrix l / 8: K rows (tokens) nt*8.., d ks*16 + 0/8, ks*16+16 + 0/8.
+    const int lr = lane % 8, lm = lane / 8;
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
+    for (int ks = 0; ks < D / 16; ks += 2)
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt) {
-        const __half* kr = k_s + (nt * 8 + g) * KS + 2 * c + ks * 16;
-        mma_16816(s[nt], qf[ks], lds32(kr), lds32(kr + 8));
+        uint32_t b[4];
+        ldmatrix_x4(b, k_s + (nt * 8 + lr) * S + ks * 16 + lm * 8);
+        mma_16816(s[nt], qf[ks], b[0], b[1]);
+        mma_16816(s[nt], qf[ks + 1], b[2], b[3]);
       }
     if (k0 + kTile - 1 > warp_min) {  // causal mask (also covers the zero rows past kend)
 #pragma unroll
@@ -183,12 +212,15 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
       pf[nt / 2][(nt % 2) * 2] = pack_half2(p0, p1);
       pf[nt / 2][(nt % 2) * 2 + 1] = pack_half2(p2, p3);
     }
+    // ldmatrix.trans x4: V rows (tokens) kk*16 + 0..7 / 8..15 of d columns dn*8.. and (dn+1)*8..
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk)
 #pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        const __half* vr = vt_s + (dn * 8 + g) * VS + 2 * c + kk * 16;
-        mma_16816(o[dn], pf[kk], lds32(vr), lds32(vr + 8));
+      for (int dn = 0; dn < D / 8; dn += 2) {
+        uint32_t b[4];
+        ldmatrix_x4_trans(b, v_s + (kk * 16 + (lm % 2) * 8 + lr) * S + (dn + lm / 2) * 8);
+        mma_16816(o[dn], pf[kk], b[0], b[1]);
+        mma_16816(o[dn + 1], pf[kk], b[2], b[3]);
       }
   }
 #pragma unroll
@@ -236,10 +268,19 @@ template <CodecId C>
 cudaError_t launch_codec(const PrefillArgs& a, cudaStream_t s) {
   const int tiles = (a.n_tok * a.n_rep + kRows - 1) / kRows;
   const dim3 grid(a.n_kv_heads, tiles);
-  if (a.head_dim == 64) prefill_kernel<C, 64><<<grid, kThreads, 0, s>>>(a);
-  else if (a.head_dim == 128) prefill_kernel<C, 128><<<grid, kThreads, 0, s>>>(a);
-  else return cudaErrorInvalidValue;
-  return cudaGetLastError();
+  // cp.async moves 16-byte pieces: every tile's start must be 16-byte aligned (it is for whole-page pools).
+  if ((reinterpret_cast<uintptr_t>(a.pool) | a.head_stride | a.page_bytes | a.v_offset | (kTile * a.row_bytes)) % 16)
+    return cudaErrorMisalignedAddress;
+  auto run = [&](auto kernel, int d) {
+    const size_t bytes = 2 * raw_tile_bytes(a.row_bytes) + 2 * size_t(kTile) * (d + 8) * sizeof(__half);
+    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+    if (e != cudaSuccess) return e;
+    kernel<<<grid, kThreads, bytes, s>>>(a);
+    return cudaGetLastError();
+  };
+  if (a.head_dim == 64) return run(prefill_kernel<C, 64>, 64);
+  if (a.head_dim == 128) return run(prefill_kernel<C, 128>, 128);
+  return cudaErrorInvalidValue;
 }
 
 }  // namespace

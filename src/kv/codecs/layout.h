@@ -83,8 +83,11 @@ KVTAX_HD float bf16_bits_to_f32(uint16_t h) {
   return f;
 }
 
+// kNc: device loads through the read-only data path (global memory only); false for rows staged in shared memory.
+template <bool kNc = true>
 KVTAX_HD float load_f32(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
+  if constexpr (!kNc) return *reinterpret_cast<const float*>(p);
   return __ldg(reinterpret_cast<const float*>(p));  // rows are 4-byte aligned on the device
 #else
   float f;
@@ -92,8 +95,10 @@ KVTAX_HD float load_f32(const uint8_t* p) {
   return f;
 #endif
 }
+template <bool kNc = true>
 KVTAX_HD uint16_t load_u16(const uint8_t* p) {
 #if defined(__CUDA_ARCH__)
+  if constexpr (!kNc) return *reinterpret_cast<const unsigned short*>(p);
   return __ldg(reinterpret_cast<const unsigned short*>(p));
 #else
   uint16_t v;
@@ -103,16 +108,17 @@ KVTAX_HD uint16_t load_u16(const uint8_t* p) {
 }
 // N 32-bit words from a 4-byte aligned address (16-byte vectors on the device when N is a multiple of 4
 // and the address allows it: callers pass kAligned16 only where the layout guarantees it).
-template <int N, bool kAligned16 = false>
+template <int N, bool kAligned16 = false, bool kNc = true>
 KVTAX_HD void load_words(const uint8_t* p, uint32_t* w) {
 #if defined(__CUDA_ARCH__)
   if constexpr (kAligned16 && N % 4 == 0) {
     for (int i = 0; i < N / 4; ++i) {
-      const uint4 v = __ldg(reinterpret_cast<const uint4*>(p) + i);
+      const uint4 v = kNc ? __ldg(reinterpret_cast<const uint4*>(p) + i) : reinterpret_cast<const uint4*>(p)[i];
       w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
     }
   } else {
-    for (int i = 0; i < N; ++i) w[i] = __ldg(reinterpret_cast<const unsigned int*>(p) + i);
+    for (int i = 0; i < N; ++i)
+      w[i] = kNc ? __ldg(reinterpret_cast<const unsigned int*>(p) + i) : reinterpret_cast<const unsigned int*>(p)[i];
   }
 #else
   std::memcpy(w, p, 4 * N);
@@ -130,12 +136,12 @@ KVTAX_HD int tq4_code(const uint8_t* codes, int i) { return (codes[i / 2] >> (4 
 KVTAX_HD int tq3_code(uint32_t bits24, int j) { return int((bits24 >> (3 * j)) & 7); }
 
 // ---- unit decode: y[0..8) = values 8u..8u+7 / returned factor. `levels` is the tq codebook
-// (16 levels for tq4, 8 for tq3), unused by the others.
-template <CodecId C>
+// (16 levels for tq4, 8 for tq3), unused by the others. kNc as for load_f32 (false: row in shared memory).
+template <CodecId C, bool kNc = true>
 KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels, float* y) {
   if constexpr (C == CodecId::f32) {
     uint32_t w[8];
-    load_words<8, true>(row + 32 * u, w);
+    load_words<8, true, kNc>(row + 32 * u, w);
     for (int k = 0; k < 8; ++k) {
 #if defined(__CUDA_ARCH__)
       y[k] = __uint_as_float(w[k]);
@@ -146,7 +152,7 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
     return 1.0f;
   } else if constexpr (C == CodecId::f16 || C == CodecId::bf16) {
     uint32_t w[4];
-    load_words<4, true>(row + 16 * u, w);
+    load_words<4, true, kNc>(row + 16 * u, w);
     for (int k = 0; k < 4; ++k) {
       const uint16_t lo = uint16_t(w[k] & 0xffff), hi = uint16_t(w[k] >> 16);
       if constexpr (C == CodecId::f16) {
@@ -160,38 +166,91 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
     return 1.0f;
   } else if constexpr (C == CodecId::fp8) {
     uint32_t w[2];
-    load_words<2>(row + 4 + 8 * u, w);
+    load_words<2, false, kNc>(row + 4 + 8 * u, w);
     for (int k = 0; k < 8; ++k) y[k] = e4m3_to_f32(uint8_t(w[k / 4] >> (8 * (k % 4))));
-    return load_f32(row);
+    return load_f32<kNc>(row);
   } else if constexpr (C == CodecId::q8) {
     uint32_t w[2];
-    load_words<2>(row + q_scales_bytes(d) + 8 * u, w);
+    load_words<2, false, kNc>(row + q_scales_bytes(d) + 8 * u, w);
     for (int k = 0; k < 8; ++k) y[k] = float(int8_t(uint8_t(w[k / 4] >> (8 * (k % 4)))));
-    return half_bits_to_f32(load_u16(row + 2 * (u / 4)));
+    return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
   } else if constexpr (C == CodecId::q4 || C == CodecId::q4r) {
     uint32_t w[2];
-    load_words<2>(row + q_scales_bytes(d) + q4_unit_byte(u), w);
+    load_words<2, false, kNc>(row + q_scales_bytes(d) + q4_unit_byte(u), w);
     const int sh = q4_unit_shift(u);
     for (int k = 0; k < 8; ++k) y[k] = float(int((w[k / 4] >> (8 * (k % 4) + sh)) & 15) - 8);
-    return half_bits_to_f32(load_u16(row + 2 * (u / 4)));
+    return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
   } else if constexpr (C == CodecId::tq4) {
     uint32_t w[1];
-    load_words<1>(row + 4 + 4 * u, w);
+    load_words<1, false, kNc>(row + 4 + 4 * u, w);
     for (int k = 0; k < 8; ++k) y[k] = levels[(w[0] >> (4 * k)) & 15];
-    return load_f32(row);
+    return load_f32<kNc>(row);
   } else if constexpr (C == CodecId::tq3) {
     const uint8_t* p = row + 4 + 3 * u;
 #if defined(__CUDA_ARCH__)
-    const uint32_t bits = uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16);
+    const uint32_t bits = kNc ? uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16)
+                              : uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
 #else
     const uint32_t bits = uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
 #endif
     for (int k = 0; k < 8; ++k) y[k] = levels[tq3_code(bits, k)];
-    return load_f32(row);
+    return load_f32<kNc>(row);
   } else {
     static_assert(C == CodecId::f32, "unknown codec");
     return 0.0f;
   }
 }
+
+#if defined(__CUDACC__)
+// ---- unit decode straight to f16 pairs (device code: the tensor-core attention). h[0..4) = values 8u..8u+7,
+// exact, to be multiplied by the returned factor in f16. Only codecs whose codes have an exact f16 form:
+// f16 itself; q8 / q4 integers (f16 block scale, so the product rounds once, as the float path would); fp8, whose
+// halves are the code values times 2^-8 (e4m3's sign, exponent and mantissa moved into f16's places: bias 7 vs
+// 15, subnormals onto subnormals, 0x7f decodes as 480 as above) with the factor scale * 2^8 rounded to f16.
+template <CodecId C>
+constexpr bool kHasUnitDecodeHalf =
+    C == CodecId::f16 || C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
+
+__device__ __forceinline__ __half2 bits_as_half2(uint32_t b) {
+  return __halves2half2(__ushort_as_half(uint16_t(b & 0xffff)), __ushort_as_half(uint16_t(b >> 16)));
+}
+
+template <CodecId C, bool kNc = true>
+__device__ __forceinline__ __half2 unit_decode_half(const uint8_t* row, int d, int u, __half2* h) {
+  static_assert(kHasUnitDecodeHalf<C>, "no exact f16 form");
+  if constexpr (C == CodecId::f16) {
+    uint32_t w[4];
+    load_words<4, true, kNc>(row + 16 * u, w);
+    for (int k = 0; k < 4; ++k) h[k] = bits_as_half2(w[k]);
+    return __float2half2_rn(1.0f);
+  } else if constexpr (C == CodecId::fp8) {
+    uint32_t w[2];
+    load_words<2, false, kNc>(row + 4 + 8 * u, w);
+    for (int k = 0; k < 4; ++k) {
+      const uint32_t x = __byte_perm(w[k / 2], 0, k % 2 ? 0x3424 : 0x1404);  // codes into bytes 1 and 3
+      h[k] = bits_as_half2((x & 0x80008000u) | ((x >> 1) & 0x3f803f80u));
+    }
+    return __float2half2_rn(load_f32<kNc>(row) * 256.0f);
+  } else {
+    // 0x6400 | b is the f16 1024 + b for a byte b: q8 codes biased by 128, q4 nibbles (code - 8 stored + 8).
+    uint32_t w[2];
+    float bias;
+    if constexpr (C == CodecId::q8) {
+      load_words<2, false, kNc>(row + q_scales_bytes(d) + 8 * u, w);
+      w[0] ^= 0x80808080u;
+      w[1] ^= 0x80808080u;
+      bias = 1152.0f;
+    } else {
+      load_words<2, false, kNc>(row + q_scales_bytes(d) + q4_unit_byte(u), w);
+      w[0] = (w[0] >> q4_unit_shift(u)) & 0x0f0f0f0fu;
+      w[1] = (w[1] >> q4_unit_shift(u)) & 0x0f0f0f0fu;
+      bias = 1032.0f;
+    }
+    const __half2 b2 = __float2half2_rn(bias);
+    for (int k = 0; k < 4; ++k) h[k] = __hsub2(bits_as_half2(__byte_perm(w[k / 2], 0x64646464u, k % 2 ? 0x4342 : 0x4140)), b2);
+    return __half2half2(__ushort_as_half(load_u16<kNc>(row + 2 * (u / 4))));
+  }
+}
+#endif
 
 }  // namespace kvtax::kv::layout
