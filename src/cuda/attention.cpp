@@ -8,6 +8,7 @@
 
 #include "core/error.h"
 #include "cuda/attention_launch.h"
+#include "cuda/codec_tables.h"
 #include "kv/codecs/formats.h"
 #include "kv/codecs/layout.h"
 #include "kv/rotation.h"
@@ -21,8 +22,8 @@ constexpr int kMinChunk = 64;  // tokens per chunk at least: shorter chunks cost
 int g_waves = 1;
 
 int row_groups(const KvView& kv, int n_heads) {
-  const int n_rep = n_heads / kv.n_kv_heads;
-  return (n_rep + detail::kMaxGroupRows - 1) / detail::kMaxGroupRows;
+  const int n_rep = n_heads / kv.n_kv_heads, rows = detail::group_rows(kv.codec);
+  return (n_rep + rows - 1) / rows;
 }
 
 // Chunks per KV head: chunks are equal work, so the grid is whole waves of the blocks that fit on the
@@ -32,7 +33,7 @@ int splits_for(const KvView& kv, int n_heads, int len) {
   // Occupancy per (codec, head_dim, GQA group size), asked once: it is host work on every token otherwise.
   static std::mutex mu;
   static std::map<std::tuple<int, int, int>, int> cache;
-  const int n_rep = std::min(n_heads / kv.n_kv_heads, detail::kMaxGroupRows);
+  const int n_rep = std::min(n_heads / kv.n_kv_heads, detail::group_rows(kv.codec));
   int per_sm = 0;
   {
     std::lock_guard<std::mutex> lock(mu);
@@ -61,6 +62,7 @@ void ensure_tables() {
     check(detail::upload_codec_tables(kv::tq4_levels().data(), kv::tq3_levels().data(), kv::rotation_signs(),
                                       kv::kRotationMaxDim),
           "upload of the codec tables");
+    codec_tables();
   });
 }
 
@@ -181,7 +183,8 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
     a.n_splits = splits_for(kv, n_heads, kv.max_len);
   } else {
     a.n_splits = splits_for(kv, n_heads, a.len);
-    a.chunk = (a.len + a.n_splits - 1) / a.n_splits;
+    const int align = detail::kChunkAlign;
+    a.chunk = ((a.len + a.n_splits - 1) / a.n_splits + align - 1) / align * align;
     a.n_splits = (a.len + a.chunk - 1) / a.chunk;  // every chunk non-empty
   }
   a.row_bytes = kv.row_bytes;
@@ -193,6 +196,10 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   a.q = q;
   a.out = out;
   a.part = static_cast<float*>(scratch);
+  const CodecTables& t = codec_tables();
+  a.signs = t.signs.as<float>();
+  if (kv.codec == kv::CodecId::tq4) a.levels = t.tq4.as<float>(), a.n_levels = 16;
+  if (kv.codec == kv::CodecId::tq3) a.levels = t.tq3.as<float>(), a.n_levels = 8;
   check(detail::launch_decode(a, stream), "decode attention launch");
 }
 

@@ -1,4 +1,5 @@
-// Flash-decode kernels. Thread layout of the split kernel: a token is read by D/8 consecutive lanes
+// Flash-decode kernels: the scalar split kernel (f32, bf16: codecs the tensor-core kernel of attention_mma.cu does
+// not take) and the merge of every codec's chunks. Thread layout of the scalar split kernel: a token is read by D/8 consecutive lanes
 // (one 8-value unit of layout.h each), so a warp reads whole rows back to back (coalesced) and the
 // block's 128 threads form 128/(D/8) independent "groups" that walk the chunk's tokens with a stride.
 // Each group keeps its own online softmax in registers; the groups are merged through shared memory at
@@ -8,6 +9,7 @@
 #include <cfloat>
 
 #include "cuda/attention_launch.h"
+#include "cuda/rotate_shared.cuh"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda::detail {
@@ -33,31 +35,6 @@ __device__ __forceinline__ float codebook_entry(int i) {
 
 constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
 
-// In-place rotation (forward: R = H D / sqrt(D)) or its inverse of nr vectors of D floats in shared
-// memory, by the same steps as kv/rotation.cpp. Every thread of the block must call it.
-template <int D>
-__device__ void rotate_shared(float* x, int nr, bool inverse) {
-  const int tid = threadIdx.x, nt = blockDim.x;
-  if (!inverse) {
-    for (int i = tid; i < nr * D; i += nt) x[i] *= c_signs[i % D];
-    __syncthreads();
-  }
-  for (int len = 1; len < D; len <<= 1) {
-    for (int idx = tid; idx < nr * D / 2; idx += nt) {
-      const int r = idx / (D / 2), j = idx % (D / 2);
-      const int i = (j / len) * 2 * len + (j % len);
-      float* v = x + r * D;
-      const float a = v[i], b = v[i + len];
-      v[i] = a + b;
-      v[i + len] = a - b;
-    }
-    __syncthreads();
-  }
-  const float n = 1.0f / sqrtf(float(D));
-  for (int i = tid; i < nr * D; i += nt) x[i] *= inverse ? n * c_signs[i % D] : n;
-  __syncthreads();
-}
-
 // grid (n_splits, n_kv_heads, row groups); scores are kept in base 2 (q is pre-scaled by log2 e).
 template <CodecId C, int D, int NREP>
 __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
@@ -81,7 +58,7 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
     q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
   }
   __syncthreads();
-  if constexpr (is_rotated(C)) rotate_shared<D>(q_s, NREP, false);
+  if constexpr (is_rotated(C)) rotate_shared<D>(q_s, NREP, false, c_signs);
 
   const int u = tid % kLanes, g = tid / kLanes;
   float qr[NREP][8];
@@ -210,7 +187,7 @@ __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   }
   o_s[dd] = L > 0.0f ? o / L : 0.0f;
   __syncthreads();
-  if constexpr (kRotated) rotate_shared<D>(o_s, 1, true);
+  if constexpr (kRotated) rotate_shared<D>(o_s, 1, true, c_signs);
   a.out[size_t(head) * D + dd] = o_s[dd];
 }
 
@@ -218,25 +195,34 @@ int nrep_block(int n_rep) { return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 
 
 template <CodecId C, int D>
 cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
-  switch (nrep_block(n_rep)) {
-    case 1: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 1>, kDecodeThreads, 0);
-    case 2: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 2>, kDecodeThreads, 0);
-    case 4: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 4>, kDecodeThreads, 0);
-    default: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 8>, kDecodeThreads, 0);
+  if constexpr (mma_codec(C)) {
+    return decode_mma_blocks_per_sm(C, D, blocks);
+  } else {
+    switch (nrep_block(n_rep)) {
+      case 1: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 1>, kDecodeThreads, 0);
+      case 2: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 2>, kDecodeThreads, 0);
+      case 4: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 4>, kDecodeThreads, 0);
+      default: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 8>, kDecodeThreads, 0);
+    }
   }
 }
 
+// The split kernel of the codec (tensor cores where mma_codec), then the merge.
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
-  const int groups_of = (a.n_rep + kMaxGroupRows - 1) / kMaxGroupRows;
-  const dim3 grid(a.n_splits, a.n_kv_heads, groups_of);
-  switch (nrep_block(a.n_rep)) {
-    case 1: split_kernel<C, D, 1><<<grid, kDecodeThreads, 0, st>>>(a); break;
-    case 2: split_kernel<C, D, 2><<<grid, kDecodeThreads, 0, st>>>(a); break;
-    case 4: split_kernel<C, D, 4><<<grid, kDecodeThreads, 0, st>>>(a); break;
-    default: split_kernel<C, D, 8><<<grid, kDecodeThreads, 0, st>>>(a); break;
+  if constexpr (mma_codec(C)) {
+    if (const cudaError_t e = launch_decode_mma(a, st); e != cudaSuccess) return e;
+  } else {
+    const int groups_of = (a.n_rep + kMaxGroupRows - 1) / kMaxGroupRows;
+    const dim3 grid(a.n_splits, a.n_kv_heads, groups_of);
+    switch (nrep_block(a.n_rep)) {
+      case 1: split_kernel<C, D, 1><<<grid, kDecodeThreads, 0, st>>>(a); break;
+      case 2: split_kernel<C, D, 2><<<grid, kDecodeThreads, 0, st>>>(a); break;
+      case 4: split_kernel<C, D, 4><<<grid, kDecodeThreads, 0, st>>>(a); break;
+      default: split_kernel<C, D, 8><<<grid, kDecodeThreads, 0, st>>>(a); break;
+    }
+    if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   merge_kernel<D, is_rotated(C)><<<a.n_kv_heads * a.n_rep, D, 0, st>>>(a);
   return cudaGetLastError();
 }

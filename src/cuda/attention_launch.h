@@ -10,7 +10,14 @@
 namespace kvtax::cuda::detail {
 
 constexpr int kDecodeThreads = 128;
-constexpr int kMaxGroupRows = 8;  // query heads of one GQA group handled by one block
+constexpr int kMaxGroupRows = 8;  // query heads of one GQA group handled by one block of the scalar kernel
+constexpr int kMmaGroupRows = 16;  // ... of the tensor-core kernel (the M rows of mma.sync m16n8k16)
+constexpr int kChunkAlign = 16;    // context chunks start at multiples of this (the tensor-core kernel's tile)
+
+// Codecs the tensor-core kernel decodes (to f16 tiles). f32 stays on the scalar f32 kernel, whose result is exact
+// to f32 rounding; bf16 values can exceed the f16 range.
+constexpr bool mma_codec(kv::CodecId c) { return c != kv::CodecId::f32 && c != kv::CodecId::bf16; }
+constexpr int group_rows(kv::CodecId c) { return mma_codec(c) ? kMmaGroupRows : kMaxGroupRows; }
 // KV pages: kPageTokens tokens of one layer, K rows [kv_head][kPageTokens][row_bytes] then V rows.
 constexpr int kPageShift = 8, kPageTokens = 1 << kPageShift;
 
@@ -24,12 +31,18 @@ struct DecodeArgs {
   const float* q;
   float* out;
   float* part;  // [n_heads][n_splits][head_dim + 2]
+  const float* signs;   // device rotation signs (rotated codecs; tensor-core kernel)
+  const float* levels;  // device tq codebook (n_levels entries) or nullptr
+  int n_levels;
 };
 
 // Copies the tq codebooks and rotation signs into constant memory (once per process).
 cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs);
 // cudaErrorInvalidValue for a codec / head_dim without a kernel.
 cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t stream);
+// The tensor-core split kernel alone (attention_mma.cu): partials into a.part, no merge.
+cudaError_t launch_decode_mma(const DecodeArgs& a, cudaStream_t stream);
+cudaError_t decode_mma_blocks_per_sm(kv::CodecId codec, int head_dim, int* blocks);
 // Blocks of the split kernel for (codec, head_dim, n_rep) that fit on one SM at once.
 cudaError_t decode_blocks_per_sm(kv::CodecId codec, int head_dim, int n_rep, int* blocks);
 

@@ -1,7 +1,9 @@
 // CUDA decode attention vs float64 references on fresh random inputs, every codec. Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <cstdio>
 #include <string>
 #include <vector>
 
@@ -104,32 +106,98 @@ bool all_finite(const std::vector<float>& v) {
   return true;
 }
 
-// Kernel error: the GPU computes in f32 over exactly the stored values, so it must sit close to the
-// float64 attention over the decoded rows, for every codec and shape (GQA groups of 1, 4, 7 and 16 heads;
-// contexts shorter than a chunk, ragged, and long enough for many chunks).
+// Kernel error vs the float64 attention over the decoded rows, for every codec and shape: GQA groups of 1, 4, 7, 8,
+// 16 and 20 heads (two row groups of the tensor-core kernel), head_dim 64/128/256, contexts shorter than a tile,
+// odd, on and past page boundaries (256 tokens), and long enough for many chunks. f32 and bf16 run the scalar kernel
+// in f32 over exactly the stored values (2e-5). The others run on the tensor cores, where q, the decoded K/V and the
+// softmax weights are rounded to f16 (11-bit significands, f32 accumulation): ~1e-3 from float64 with the outlier
+// channels of K; a wrong fragment, mask, scale or chunk gives O(1). Bound 4e-3, as for the prefill kernel.
+double kernel_bound(kv::CodecId c) { return c == kv::CodecId::f32 || c == kv::CodecId::bf16 ? 2e-5 : 4e-3; }
+
 TEST(CudaAttention, EveryCodecMatchesStoredRows) {
   REQUIRE_GPU();
-  const Shape shapes[] = {{8, 32, 128, 1},   {8, 32, 128, 77},   {2, 14, 64, 1000},
-                          {1, 16, 256, 513}, {8, 32, 128, 20000}, {4, 4, 64, 4099}};
+  const Shape shapes[] = {{8, 32, 128, 1},    {8, 32, 128, 77},  {2, 14, 64, 1000}, {1, 16, 256, 513},
+                          {8, 32, 128, 20000}, {4, 4, 64, 4099}, {2, 16, 128, 256}, {1, 20, 128, 257},
+                          {4, 64, 64, 3001},   {1, 1, 256, 300}, {2, 8, 128, 15},   {8, 32, 128, 4111}};
   uint64_t seed = 1000;
   for (int ci = 0; ci < kv::kNumCodecs; ++ci) {
     const auto c = kv::CodecId(ci);
+    double worst = 0;
     for (const Shape& s : shapes) {
       const Result r = run(c, s, seed++);
       ASSERT_TRUE(all_finite(r.gpu)) << kv::codec(c).name << " len " << s.len << ": unwritten or NaN output";
-      EXPECT_LE(rel_l2(r.gpu, r.stored), 2e-5)
-          << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d << " len " << s.len;
+      const double e = rel_l2(r.gpu, r.stored);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, kernel_bound(c)) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
+                                    << " len " << s.len;
     }
+    std::printf("[cuda-attention] %-4s worst rel-L2 vs float64 over the stored rows %.2e\n", kv::codec(c).name, worst);
+  }
+}
+
+// The page table is honoured: the same rows with their pages stored in reverse order give the same output
+// (bit for bit: same kernel, same chunks), and a launch that reads the length from device memory with a grid
+// sized for the whole capacity (the CUDA-graph path) matches the host-length launch to rounding (other chunks:
+// other running maxima, so other f16 roundings of the softmax weights; a wrong chunk gives O(1)).
+TEST(CudaAttention, PagedAndDeviceLengthMatch) {
+  REQUIRE_GPU();
+  const Shape s{2, 8, 128, 1300};
+  for (auto c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4r, kv::CodecId::bf16}) {
+    KvCache cache({1, s.n_kv, s.d}, parse_kv_spec(kv::codec(c).name), size_t(s.len));
+    const auto k = outliers(size_t(s.len) * s.n_kv, s.d, 5 + int(c));
+    const auto v = gaussian(size_t(s.len) * s.n_kv * s.d, 6 + int(c));
+    const auto q = gaussian(size_t(s.n_heads) * s.d, 7 + int(c));
+    for (int p = 0; p < s.len; p += KvCache::kDefaultMaxChunk) {
+      const int n = std::min(KvCache::kDefaultMaxChunk, s.len - p);
+      cache.append(0, n, k.data() + size_t(p) * s.n_kv * s.d, v.data() + size_t(p) * s.n_kv * s.d);
+      cache.commit(n);
+    }
+    cuda::DeviceKv dkv(c, s.n_kv, s.d, s.len + 1000);  // capacity past len: the device-length grid is larger
+    dkv.copy_from(cache, 0);
+    const cuda::KvView base = dkv.view();
+    const int n_pages = base.max_len / cuda::kv_page_tokens();
+    cuda::Buffer pool(size_t(n_pages) * base.page_bytes), pages(size_t(n_pages) * 4), len_dev(4);
+    std::vector<int32_t> ids(static_cast<size_t>(n_pages));
+    for (int i = 0; i < n_pages; ++i) {
+      ids[size_t(i)] = n_pages - 1 - i;
+      cuda::check(cudaMemcpy(pool.as<uint8_t>() + size_t(ids[size_t(i)]) * base.page_bytes,
+                             base.pool + size_t(i) * base.page_bytes, base.page_bytes, cudaMemcpyDeviceToDevice),
+                  "page copy");
+    }
+    pages.upload(ids.data(), ids.size() * 4);
+    len_dev.upload(&s.len, 4);
+    cuda::KvView reversed = base;
+    reversed.pool = pool.as<uint8_t>();
+    reversed.pages = pages.as<int32_t>();
+    cuda::KvView by_device = reversed;
+    by_device.len_dev = len_dev.as<int>();
+
+    cuda::Buffer qd(q.size() * 4), out(q.size() * 4), scratch(cuda::decode_scratch_bytes(base, s.n_heads));
+    qd.upload(q.data(), q.size() * 4);
+    std::vector<std::vector<float>> got;
+    for (const cuda::KvView& kv : {base, reversed, by_device}) {
+      out.fill(0xff);
+      scratch.fill(0xff);
+      cuda::decode_attention(kv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
+      cuda::check(cudaDeviceSynchronize(), "paged attention test");
+      got.emplace_back(q.size());
+      out.download(got.back().data(), q.size() * 4);
+      ASSERT_TRUE(all_finite(got.back())) << kv::codec(c).name;
+    }
+    EXPECT_EQ(got[0], got[1]) << kv::codec(c).name << ": reversed pages";
+    std::vector<double> ref(got[0].begin(), got[0].end());
+    EXPECT_LE(rel_l2(got[2], ref), 2e-3) << kv::codec(c).name << ": device length";
   }
 }
 
 // Codec error: attention over the stored rows vs over the unquantized inputs, so a decoder that is wrong
 // the same way on CPU and GPU still fails. Relative RMS of the output with Gaussian K and V; the bounds
 // are ~1.5x what the CPU reference gives over 4 seeds (f16 2.9e-4, bf16 2.4e-3, fp8 3.7e-2, q8 8e-3,
-// q4 0.126, q4r 0.127, tq4 0.143, tq3 0.271); a decoder that is off by a scale or a lane gives ~1.
+// q4 0.126, q4r 0.127, tq4 0.143, tq3 0.271), f16's raised to 1.5e-3 for the tensor-core kernel's f16 q and
+// softmax weights; a decoder that is off by a scale or a lane gives ~1.
 TEST(CudaAttention, CodecErrorWithinBounds) {
   REQUIRE_GPU();
-  const double bound[kv::kNumCodecs] = {2e-5, 5e-4, 4e-3, 5.5e-2, 1.2e-2, 0.19, 0.19, 0.21, 0.4};
+  const double bound[kv::kNumCodecs] = {2e-5, 1.5e-3, 4e-3, 5.5e-2, 1.2e-2, 0.19, 0.19, 0.21, 0.4};
   const Shape s{2, 8, 128, 2000};
   for (int ci = 0; ci < kv::kNumCodecs; ++ci) {
     const auto c = kv::CodecId(ci);

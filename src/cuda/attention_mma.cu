@@ -1,0 +1,424 @@
+// Tensor-core flash-decode split kernel (attention_launch.h). Block: 4 warps, one KV head, one context chunk, up
+// to 16 query heads of its GQA group as the M rows of mma.sync m16n8k16 (rows past the group are zero). Each warp
+// walks its own tiles of 16 tokens (tiles w, w+4, ... of the chunk) with its own online softmax, so the loop needs
+// no block barrier:
+//   cp.async copies the tile's raw K and V rows into a ring of kStages shared-memory stages (zero-fill past the
+//   chunk), several tiles ahead;
+//   codecs other than f16 are decoded by layout::unit_decode (the CPU's format code) into f16 tiles [16][D];
+//   f16 rows are used as they land;
+//   S = Q K^T (ldmatrix of K, two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
+//   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand (ldmatrix.trans of V).
+// Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the
+// scalar kernel, for merge_kernel.
+//
+// Fragment layout of m16n8k16 (PTX ISA), lane = 4 g + c: A regs {row g | row g+8} x {cols 2c,2c+1 | +8};
+// B regs: k rows 2c,2c+1 (+8) of column g; C: rows g / g+8, columns 2c, 2c+1.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/attention_launch.h"
+#include "cuda/rotate_shared.cuh"
+#include "kv/codecs/layout.h"
+
+namespace kvtax::cuda::detail {
+namespace {
+
+using kv::CodecId;
+namespace layout = kv::layout;
+
+constexpr int kWarps = 4, kThreads = 32 * kWarps, kTok = 16, kRows = kMmaGroupRows;
+constexpr float kLog2e = 1.4426950408889634f;
+static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
+
+constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
+
+template <CodecId C, int D>
+struct Cfg {
+  static constexpr int kRow = int(layout::row_bytes(C, D));
+  static constexpr int kHalfTile = kTok * kRow;             // raw K (or V) rows of one tile
+  static constexpr int kRaw = 2 * kHalfTile;                // one stage: K rows then V rows
+  static constexpr bool kDirect = C == CodecId::f16;        // raw rows are already the f16 tile
+  static constexpr int kStages = kDirect ? 3 : 4;           // (kStages - 1) tiles in flight per warp
+  static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile
+  static constexpr int kWarpBytes = kStages * kRaw + (kDirect ? 0 : 2 * kTile);
+  static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
+  static constexpr int kQ = kRows * D * 4;
+  static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
+  static_assert(kRow % 4 == 0 && kRaw % 16 == 0 && kSmem >= kQ);
+};
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
+}
+
+__device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t* r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t* r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// Byte offset of 16-byte piece `col` of token `row` in an f16 tile [16][D]: pieces are XOR-swizzled by row, so
+// ldmatrix's eight row reads of one column fall in eight different bank groups.
+template <int D>
+__device__ __forceinline__ uint32_t swz(int row, int col) {
+  return uint32_t(row * 2 * D + ((col ^ (row & 7)) << 4));
+}
+
+// Starts the copy of tokens t0 .. t0+15 of KV head `kh` (one page, `page`: t0 is a multiple of 16) into a stage.
+// Pieces that start at a token >= nvalid are zero-filled and not read; a piece that straddles into such a token
+// reads bytes of the same page (decode_tile zeroes those tokens).
+template <CodecId C, int D>
+__device__ __forceinline__ void issue_tile(const DecodeArgs& a, const uint8_t* kh, int32_t page, int t0, int nvalid,
+                                           uint32_t stage, int lane) {
+  using G = Cfg<C, D>;
+  constexpr int kPieces = G::kHalfTile / 16;
+  const uint8_t* kr = kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * G::kRow;
+#pragma unroll
+  for (int i0 = 0; i0 < 2 * kPieces; i0 += 32) {
+    const int i = i0 + lane;
+    if (2 * kPieces % 32 != 0 && i >= 2 * kPieces) break;
+    const bool v = i >= kPieces;
+    const int p = v ? i - kPieces : i;
+    const int tok = p * 16 / G::kRow;
+    const uint8_t* src = kr + (v ? a.v_offset : 0) + size_t(p) * 16;
+    uint32_t dst;
+    if constexpr (G::kDirect) dst = stage + (v ? G::kHalfTile : 0) + swz<D>(p / (D / 8), p % (D / 8));
+    else dst = stage + uint32_t(i) * 16;
+    cp_async16(dst, src, tok < nvalid ? 16 : 0);
+  }
+}
+
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
+  return uint32_t(__half_as_ushort(__low2half(h))) | (uint32_t(__half_as_ushort(__high2half(h))) << 16);
+}
+
+// Raw rows of a stage -> f16 tiles kd, vd [16][D] (swizzled), each value times its unit's factor; tokens >= nvalid
+// become zeros (their rows may hold bytes of other tokens). Codecs with an exact f16 form convert in pairs
+// (layout::unit_decode_half); the others decode to floats (layout::unit_decode) and round once.
+template <CodecId C, int D>
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, int nvalid, const float* lv, uint8_t* kd, uint8_t* vd,
+                                            int lane) {
+  using G = Cfg<C, D>;
+  constexpr int kUnits = D / layout::kUnit, kN = kTok * kUnits;
+#pragma unroll
+  for (int i0 = 0; i0 < 2 * kN; i0 += 32) {
+    const int i = i0 + lane;
+    const bool v = i >= kN;
+    const int j = v ? i - kN : i, tok = j / kUnits, u = j % kUnits;
+    const uint8_t* row = raw + (v ? G::kHalfTile : 0) + tok * G::kRow;
+    uint4 p = make_uint4(0, 0, 0, 0);
+    if constexpr (layout::kHasUnitDecodeHalf<C>) {
+      __half2 h[4];
+      const __half2 f = layout::unit_decode_half<C, false>(row, D, u, h);
+      if (tok < nvalid) {
+        p.x = half2_bits(__hmul2(h[0], f));
+        p.y = half2_bits(__hmul2(h[1], f));
+        p.z = half2_bits(__hmul2(h[2], f));
+        p.w = half2_bits(__hmul2(h[3], f));
+      }
+    } else {
+      float y[8];
+      const float s = layout::unit_decode<C, false>(row, D, u, lv, y);
+      if (tok < nvalid) {
+        p.x = pack_half2(y[0] * s, y[1] * s);
+        p.y = pack_half2(y[2] * s, y[3] * s);
+        p.z = pack_half2(y[4] * s, y[5] * s);
+        p.w = pack_half2(y[6] * s, y[7] * s);
+      }
+    }
+    *reinterpret_cast<uint4*>((v ? vd : kd) + swz<D>(tok, u)) = p;
+  }
+}
+
+// grid (n_splits, n_kv_heads, row groups of 16 query heads).
+template <CodecId C, int D>
+__global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
+  using G = Cfg<C, D>;
+  extern __shared__ __align__(128) uint8_t smem[];
+  __shared__ float lv[16];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
+  const int split = blockIdx.x, h = blockIdx.y;
+  const int r0 = blockIdx.z * kRows, nr = min(kRows, a.n_rep - r0);
+
+  // q rows of the group, scaled (and rotated), then the A fragments (f16) in registers.
+  float* q_s = reinterpret_cast<float*>(smem);
+  {
+    const float qscale = rsqrtf(float(D)) * kLog2e;
+    for (int i = tid; i < kRows * D; i += kThreads) {
+      const int r = i / D;
+      q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
+    }
+    if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
+    __syncthreads();
+    if constexpr (is_rotated(C)) rotate_shared<D>(q_s, nr, false, a.signs);
+  }
+  uint32_t qf[D / 16][4];
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks) {
+    const int d0 = ks * 16 + 2 * c;
+    const float* qa = q_s + g * D + d0;
+    const float* qb = q_s + (g + 8) * D + d0;
+    qf[ks][0] = pack_half2(qa[0], qa[1]);
+    qf[ks][1] = pack_half2(qb[0], qb[1]);
+    qf[ks][2] = pack_half2(qa[8], qa[9]);
+    qf[ks][3] = pack_half2(qb[8], qb[9]);
+  }
+  __syncthreads();  // q_s is overwritten by the stages
+
+  // With len_dev (a captured graph replays this launch at every length) the chunk follows the length; chunks
+  // past it are empty and leave max -inf / sum 0, which the merge weighs as nothing.
+  const int len = a.len_dev ? *a.len_dev : a.len;
+  const int chunk =
+      a.len_dev ? ((len + a.n_splits - 1) / a.n_splits + kChunkAlign - 1) / kChunkAlign * kChunkAlign : a.chunk;
+  const int c0 = split * chunk, c1 = min(len, c0 + chunk);
+  const int n_tiles = c0 < c1 ? (c1 - c0 + kTok - 1) / kTok : 0;
+  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
+  const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
+
+  uint8_t* wb = smem + warp * G::kWarpBytes;
+  const uint32_t ws = smem_addr(wb);
+  uint8_t* kd = wb + G::kStages * G::kRaw;  // decoded tiles (not used by f16)
+  uint8_t* vd = kd + G::kTile;
+  auto tile_t0 = [&](int j) { return c0 + (warp + j * kWarps) * kTok; };
+  // Page-table entries are loaded a tile ahead of their copy: a copy that waited on its entry would expose a
+  // memory round trip per tile (the asm memory clobbers keep the compiler from hoisting the load itself).
+  auto page_of = [&](int j) { return j < my_tiles ? __ldg(a.pages + (tile_t0(j) >> kPageShift)) : 0; };
+  int32_t pg[G::kStages];
+#pragma unroll
+  for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
+#pragma unroll
+  for (int j = 0; j < G::kStages - 1; ++j) {
+    if (j < my_tiles) issue_tile<C, D>(a, kh, pg[j], tile_t0(j), c1 - tile_t0(j), ws + j * G::kRaw, lane);
+    cp_commit();
+  }
+  int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
+
+  // This lane's ldmatrix rows: K (non-transposed, tokens x dims) and V (transposed).
+  const int k_tok = (lane & 7) + ((lane >> 4) << 3), k_hi = (lane >> 3) & 1;
+  const int v_tok = (lane & 7) + (((lane >> 3) & 1) << 3), v_hi = lane >> 4;
+
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;  // rows g and g + 8
+
+  for (int j = 0; j < my_tiles; ++j) {
+    cp_wait<G::kStages - 2>();
+    __syncwarp();
+    const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
+    uint32_t kt, vt;
+    if constexpr (G::kDirect) {
+      kt = ws + (j % G::kStages) * G::kRaw;
+      vt = kt + G::kHalfTile;
+    } else {
+      decode_tile<C, D>(wb + (j % G::kStages) * G::kRaw, nvalid, lv, kd, vd, lane);
+      __syncwarp();
+      kt = smem_addr(kd);
+      vt = smem_addr(vd);
+    }
+    {  // refill the stage tile j - 1 used (every lane is past it)
+      const int jn = j + G::kStages - 1;
+      if (jn < my_tiles)
+        issue_tile<C, D>(a, kh, pg_next, tile_t0(jn), c1 - tile_t0(jn), ws + (jn % G::kStages) * G::kRaw, lane);
+      cp_commit();
+      pg_next = page_of(jn + 1);
+    }
+
+    float s2[2][2][4];  // [k-step parity][token n-tile]: two independent chains
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) s2[p][nt][0] = s2[p][nt][1] = s2[p][nt][2] = s2[p][nt][3] = 0.0f;
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      uint32_t b[4];
+      ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
+      mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
+      mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
+    }
+    float s[2][4];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        s[nt][e] = s2[0][nt][e] + s2[1][nt][e];
+        if (nt * 8 + 2 * c + (e & 1) >= nvalid) s[nt][e] = -INFINITY;
+      }
+    float mxa = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+    float mxb = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+#pragma unroll
+    for (int off = 1; off <= 2; off <<= 1) {
+      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
+      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
+    }
+    // Token 0 of the tile is valid, so the new maxima are finite (exp2(-inf) = 0 rescales the empty start).
+    const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
+    const float ca = exp2f(ma - na), cb = exp2f(mb - nb);
+    ma = na;
+    mb = nb;
+    if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) {  // past the first tiles the maxima rarely move
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn) {
+        o[dn][0] *= ca;
+        o[dn][1] *= ca;
+        o[dn][2] *= cb;
+        o[dn][3] *= cb;
+      }
+    }
+    uint32_t pf[4];
+    float sa = 0.0f, sb = 0.0f;
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      const float p0 = exp2f(s[nt][0] - na), p1 = exp2f(s[nt][1] - na);
+      const float p2 = exp2f(s[nt][2] - nb), p3 = exp2f(s[nt][3] - nb);
+      sa += p0 + p1;
+      sb += p2 + p3;
+      pf[2 * nt] = pack_half2(p0, p1);
+      pf[2 * nt + 1] = pack_half2(p2, p3);
+    }
+    la = la * ca + sa;
+    lb = lb * cb + sb;
+#pragma unroll
+    for (int dp = 0; dp < D / 16; ++dp) {
+      uint32_t b[4];
+      ldsm_x4_trans(vt + swz<D>(v_tok, 2 * dp + v_hi), b);
+      mma_16816(o[2 * dp], pf, b[0], b[1]);
+      mma_16816(o[2 * dp + 1], pf, b[2], b[3]);
+    }
+  }
+  cp_wait<0>();
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    la += __shfl_xor_sync(0xffffffffu, la, off);
+    lb += __shfl_xor_sync(0xffffffffu, lb, off);
+  }
+
+  // Merge the warps, then write this chunk's partial (unnormalised output, max, sum) for rows of the group.
+  __syncthreads();  // every warp is done with its stages
+  float* red = reinterpret_cast<float*>(smem);  // [kWarps][kRows][D + 2]
+  {
+    float* ra = red + (warp * kRows + g) * (D + 2);
+    float* rb = ra + 8 * (D + 2);
+#pragma unroll
+    for (int dn = 0; dn < D / 8; ++dn) {
+      const int d0 = dn * 8 + 2 * c;
+      ra[d0] = o[dn][0];
+      ra[d0 + 1] = o[dn][1];
+      rb[d0] = o[dn][2];
+      rb[d0 + 1] = o[dn][3];
+    }
+    if (c == 0) {
+      ra[D] = ma;
+      ra[D + 1] = la;
+      rb[D] = mb;
+      rb[D + 1] = lb;
+    }
+  }
+  __syncthreads();
+  for (int i = tid; i < nr * D; i += kThreads) {
+    const int r = i / D, dd = i % D;
+    float M = -INFINITY;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red[(w * kRows + r) * (D + 2) + D]);
+    float o_sum = 0.0f, L = 0.0f;
+#pragma unroll
+    for (int w = 0; w < kWarps; ++w) {
+      const float* rw = red + (w * kRows + r) * (D + 2);
+      if (rw[D] == -INFINITY) continue;  // warp saw no token of this chunk
+      const float wt = exp2f(rw[D] - M);
+      o_sum = fmaf(wt, rw[dd], o_sum);
+      L = fmaf(wt, rw[D + 1], L);
+    }
+    float* part = a.part + ((size_t(h) * a.n_rep + r0 + r) * a.n_splits + split) * (D + 2);
+    part[dd] = o_sum;
+    if (dd == 0) {
+      part[D] = M;
+      part[D + 1] = L;
+    }
+  }
+}
+
+// The kernel with its dynamic shared memory allowed (once per instantiation).
+template <CodecId C, int D>
+cudaError_t prepared() {
+  static const cudaError_t e = cudaFuncSetAttribute(mma_split_kernel<C, D>,
+                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D>::kSmem);
+  return e;
+}
+
+template <CodecId C, int D>
+cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
+  if (cudaError_t e = prepared<C, D>(); e != cudaSuccess) return e;
+  const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
+  mma_split_kernel<C, D><<<grid, kThreads, Cfg<C, D>::kSmem, st>>>(a);
+  return cudaGetLastError();
+}
+
+template <CodecId C, int D>
+cudaError_t occupancy_codec_dim(int* blocks) {
+  if (cudaError_t e = prepared<C, D>(); e != cudaSuccess) return e;
+  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mma_split_kernel<C, D>, kThreads, Cfg<C, D>::kSmem);
+}
+
+// Calls f.template operator()<C, D>() for the runtime codec (one the kernel takes) and head_dim.
+template <class F>
+cudaError_t dispatch(CodecId c, int head_dim, const F& f) {
+  auto by_dim = [&]<CodecId C>() -> cudaError_t {
+    switch (head_dim) {
+      case 64: return f.template operator()<C, 64>();
+      case 128: return f.template operator()<C, 128>();
+      case 256: return f.template operator()<C, 256>();
+      default: return cudaErrorInvalidValue;
+    }
+  };
+  switch (c) {
+    case CodecId::f16: return by_dim.template operator()<CodecId::f16>();
+    case CodecId::fp8: return by_dim.template operator()<CodecId::fp8>();
+    case CodecId::q8: return by_dim.template operator()<CodecId::q8>();
+    case CodecId::q4: return by_dim.template operator()<CodecId::q4>();
+    case CodecId::q4r: return by_dim.template operator()<CodecId::q4r>();
+    case CodecId::tq4: return by_dim.template operator()<CodecId::tq4>();
+    case CodecId::tq3: return by_dim.template operator()<CodecId::tq3>();
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
+cudaError_t launch_decode_mma(const DecodeArgs& a, cudaStream_t st) {
+  return dispatch(a.codec, a.head_dim, [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
+}
+
+cudaError_t decode_mma_blocks_per_sm(CodecId codec, int head_dim, int* blocks) {
+  return dispatch(codec, head_dim, [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(blocks); });
+}
+
+}  // namespace kvtax::cuda::detail
