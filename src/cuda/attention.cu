@@ -170,16 +170,26 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
   }
 }
 
-// grid n_heads, block D threads: exact merge of the chunks' partials, then the inverse rotation.
+// grid n_heads, block D threads: exact merge of the chunks' partials, then the inverse rotation. Every load of a
+// pass is independent (strided max, unrolled sum), so the merge costs a few memory round trips, not one per chunk.
 template <int D, bool kRotated>
 __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   __shared__ float o_s[D];
-  const int head = blockIdx.x, dd = threadIdx.x;
-  const float* part = a.part + size_t(head) * a.n_splits * (D + 2);
+  __shared__ float red[D / 32];
+  const int head = blockIdx.x, dd = threadIdx.x, n = a.n_splits;
+  const float* part = a.part + size_t(head) * n * (D + 2);
   float M = -INFINITY;
-  for (int c = 0; c < a.n_splits; ++c) M = fmaxf(M, part[c * (D + 2) + D]);
+  for (int c = dd; c < n; c += D) M = fmaxf(M, part[c * (D + 2) + D]);
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) M = fmaxf(M, __shfl_xor_sync(0xffffffffu, M, off));
+  if (dd % 32 == 0) red[dd / 32] = M;
+  __syncthreads();
+  M = red[0];
+#pragma unroll
+  for (int w = 1; w < D / 32; ++w) M = fmaxf(M, red[w]);
   float o = 0.0f, L = 0.0f;
-  for (int c = 0; c < a.n_splits; ++c) {
+#pragma unroll 16
+  for (int c = 0; c < n; ++c) {
     const float* p = part + c * (D + 2);
     const float w = exp2f(p[D] - M);
     o = fmaf(w, p[dd], o);

@@ -4,8 +4,8 @@
 // no block barrier:
 //   cp.async copies the tile's raw K and V rows into a ring of kStages shared-memory stages (zero-fill past the
 //   chunk), several tiles ahead;
-//   codecs other than f16 are decoded by layout::unit_decode (the CPU's format code) into f16 tiles [16][D];
-//   f16 rows are used as they land;
+//   codecs other than f16 are decoded by layout::unit_decode_half / unit_decode (the CPU's format code) into f16
+//   tiles [16][D]; f16 rows are used as they land; a per-row factor (fp8 scale, tq gain) scales S and P instead;
 //   S = Q K^T (ldmatrix of K, two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
 //   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand (ldmatrix.trans of V).
 // Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the
@@ -40,7 +40,8 @@ struct Cfg {
   static constexpr bool kDirect = C == CodecId::f16;        // raw rows are already the f16 tile
   static constexpr int kStages = kDirect ? 3 : 4;           // (kStages - 1) tiles in flight per warp
   static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile
-  static constexpr int kWarpBytes = kStages * kRaw + (kDirect ? 0 : 2 * kTile);
+  static constexpr bool kFold = layout::kRowFactor<C>;     // per-row factor folded into S and P
+  static constexpr int kWarpBytes = kStages * kRaw + (kDirect ? 0 : 2 * kTile + 2 * kTok * 4);
   static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
   static constexpr int kQ = kRows * D * 4;
   static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
@@ -92,69 +93,69 @@ __device__ __forceinline__ uint32_t swz(int row, int col) {
 }
 
 // Starts the copy of tokens t0 .. t0+15 of KV head `kh` (one page, `page`: t0 is a multiple of 16) into a stage.
-// Pieces that start at a token >= nvalid are zero-filled and not read; a piece that straddles into such a token
-// reads bytes of the same page (decode_tile zeroes those tokens).
+// Bytes past the first nvalid rows are zero-filled, not read, so those tokens decode to zeros (factor 0).
 template <CodecId C, int D>
 __device__ __forceinline__ void issue_tile(const DecodeArgs& a, const uint8_t* kh, int32_t page, int t0, int nvalid,
                                            uint32_t stage, int lane) {
   using G = Cfg<C, D>;
   constexpr int kPieces = G::kHalfTile / 16;
   const uint8_t* kr = kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * G::kRow;
+  const int valid = nvalid * G::kRow;
 #pragma unroll
-  for (int i0 = 0; i0 < 2 * kPieces; i0 += 32) {
-    const int i = i0 + lane;
-    if (2 * kPieces % 32 != 0 && i >= 2 * kPieces) break;
-    const bool v = i >= kPieces;
-    const int p = v ? i - kPieces : i;
-    const int tok = p * 16 / G::kRow;
-    const uint8_t* src = kr + (v ? a.v_offset : 0) + size_t(p) * 16;
-    uint32_t dst;
-    if constexpr (G::kDirect) dst = stage + (v ? G::kHalfTile : 0) + swz<D>(p / (D / 8), p % (D / 8));
-    else dst = stage + uint32_t(i) * 16;
-    cp_async16(dst, src, tok < nvalid ? 16 : 0);
-  }
-}
-
-__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
-  return uint32_t(__half_as_ushort(__low2half(h))) | (uint32_t(__half_as_ushort(__high2half(h))) << 16);
-}
-
-// Raw rows of a stage -> f16 tiles kd, vd [16][D] (swizzled), each value times its unit's factor; tokens >= nvalid
-// become zeros (their rows may hold bytes of other tokens). Codecs with an exact f16 form convert in pairs
-// (layout::unit_decode_half); the others decode to floats (layout::unit_decode) and round once.
-template <CodecId C, int D>
-__device__ __forceinline__ void decode_tile(const uint8_t* raw, int nvalid, const float* lv, uint8_t* kd, uint8_t* vd,
-                                            int lane) {
-  using G = Cfg<C, D>;
-  constexpr int kUnits = D / layout::kUnit, kN = kTok * kUnits;
+  for (int half = 0; half < 2; ++half) {
+    const uint8_t* src = kr + (half ? a.v_offset : 0);
 #pragma unroll
-  for (int i0 = 0; i0 < 2 * kN; i0 += 32) {
-    const int i = i0 + lane;
-    const bool v = i >= kN;
-    const int j = v ? i - kN : i, tok = j / kUnits, u = j % kUnits;
-    const uint8_t* row = raw + (v ? G::kHalfTile : 0) + tok * G::kRow;
-    uint4 p = make_uint4(0, 0, 0, 0);
-    if constexpr (layout::kHasUnitDecodeHalf<C>) {
-      __half2 h[4];
-      const __half2 f = layout::unit_decode_half<C, false>(row, D, u, h);
-      if (tok < nvalid) {
-        p.x = half2_bits(__hmul2(h[0], f));
-        p.y = half2_bits(__hmul2(h[1], f));
-        p.z = half2_bits(__hmul2(h[2], f));
-        p.w = half2_bits(__hmul2(h[3], f));
-      }
-    } else {
-      float y[8];
-      const float s = layout::unit_decode<C, false>(row, D, u, lv, y);
-      if (tok < nvalid) {
-        p.x = pack_half2(y[0] * s, y[1] * s);
-        p.y = pack_half2(y[2] * s, y[3] * s);
-        p.z = pack_half2(y[4] * s, y[5] * s);
-        p.w = pack_half2(y[6] * s, y[7] * s);
+    for (int p0 = 0; p0 < kPieces; p0 += 32) {
+      const int p = p0 + lane;
+      if (kPieces % 32 == 0 || p < kPieces) {
+        uint32_t dst = stage + half * G::kHalfTile;
+        if constexpr (G::kDirect) dst += swz<D>(p / (D / 8), p % (D / 8));
+        else dst += p * 16;
+        cp_async16(dst, src + p * 16, min(16, max(0, valid - p * 16)));
       }
     }
-    *reinterpret_cast<uint4*>((v ? vd : kd) + swz<D>(tok, u)) = p;
   }
+}
+
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
+
+// Raw rows of a stage -> f16 tiles kd, vd [16][D] (swizzled). Codecs with an exact f16 form convert in pairs
+// (layout::unit_decode_half), the others decode to floats (layout::unit_decode) and round once. A per-row factor
+// (kFold) is left out of the values and stored per token in fac[K 16 | V 16]; other factors multiply the values.
+template <CodecId C, int D>
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv, uint8_t* kd, uint8_t* vd, float* fac,
+                                            int lane) {
+  using G = Cfg<C, D>;
+  constexpr int kUnits = D / layout::kUnit, kStep = 32 / kUnits;  // a warp step covers kStep tokens
+  static_assert(32 % kUnits == 0);
+  const int u = lane % kUnits, lt = lane / kUnits;
+#pragma unroll
+  for (int half = 0; half < 2; ++half)
+#pragma unroll
+    for (int t = 0; t < kTok; t += kStep) {
+      const int tok = t + lt;
+      const uint8_t* row = raw + half * G::kHalfTile + tok * G::kRow;
+      uint4 p;
+      float f;
+      if constexpr (layout::kHasUnitDecodeHalf<C>) {
+        __half2 h[4];
+        f = layout::unit_decode_half<C, false>(row, D, u, h);
+        if constexpr (!G::kFold) {
+          const __half2 f2 = __float2half2_rn(f);
+#pragma unroll
+          for (int k = 0; k < 4; ++k) h[k] = __hmul2(h[k], f2);
+        }
+        p = make_uint4(half2_bits(h[0]), half2_bits(h[1]), half2_bits(h[2]), half2_bits(h[3]));
+      } else {
+        float y[8];
+        f = layout::unit_decode<C, false>(row, D, u, lv, y);
+        const float s = G::kFold ? 1.0f : f;
+        p = make_uint4(pack_half2(y[0] * s, y[1] * s), pack_half2(y[2] * s, y[3] * s), pack_half2(y[4] * s, y[5] * s),
+                       pack_half2(y[6] * s, y[7] * s));
+      }
+      *reinterpret_cast<uint4*>((half ? vd : kd) + swz<D>(tok, u)) = p;
+      if (G::kFold && u == 0) fac[half * kTok + tok] = f;
+    }
 }
 
 // grid (n_splits, n_kv_heads, row groups of 16 query heads).
@@ -207,6 +208,7 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
   const uint32_t ws = smem_addr(wb);
   uint8_t* kd = wb + G::kStages * G::kRaw;  // decoded tiles (not used by f16)
   uint8_t* vd = kd + G::kTile;
+  float* fac = reinterpret_cast<float*>(vd + G::kTile);  // per-row factors of the tile (kFold)
   auto tile_t0 = [&](int j) { return c0 + (warp + j * kWarps) * kTok; };
   // Page-table entries are loaded a tile ahead of their copy: a copy that waited on its entry would expose a
   // memory round trip per tile (the asm memory clobbers keep the compiler from hoisting the load itself).
@@ -239,7 +241,7 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
       kt = ws + (j % G::kStages) * G::kRaw;
       vt = kt + G::kHalfTile;
     } else {
-      decode_tile<C, D>(wb + (j % G::kStages) * G::kRaw, nvalid, lv, kd, vd, lane);
+      decode_tile<C, D>(wb + (j % G::kStages) * G::kRaw, lv, kd, vd, fac, lane);
       __syncwarp();
       kt = smem_addr(kd);
       vt = smem_addr(vd);
@@ -264,12 +266,23 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
       mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
       mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
     }
+    // This lane's tokens: 2c, 2c+1 (n-tile 0) and 8+2c, 9+2c (n-tile 1), for both of its rows.
+    float fk[2][2], fv[2][2];
+    if constexpr (G::kFold) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const float2 k2 = *reinterpret_cast<const float2*>(fac + nt * 8 + 2 * c);
+        const float2 v2 = *reinterpret_cast<const float2*>(fac + kTok + nt * 8 + 2 * c);
+        fk[nt][0] = k2.x, fk[nt][1] = k2.y, fv[nt][0] = v2.x, fv[nt][1] = v2.y;
+      }
+    }
     float s[2][4];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt)
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         s[nt][e] = s2[0][nt][e] + s2[1][nt][e];
+        if constexpr (G::kFold) s[nt][e] *= fk[nt][e & 1];
         if (nt * 8 + 2 * c + (e & 1) >= nvalid) s[nt][e] = -INFINITY;
       }
     float mxa = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
@@ -301,8 +314,13 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
       const float p2 = exp2f(s[nt][2] - nb), p3 = exp2f(s[nt][3] - nb);
       sa += p0 + p1;
       sb += p2 + p3;
-      pf[2 * nt] = pack_half2(p0, p1);
-      pf[2 * nt + 1] = pack_half2(p2, p3);
+      if constexpr (G::kFold) {
+        pf[2 * nt] = pack_half2(p0 * fv[nt][0], p1 * fv[nt][1]);
+        pf[2 * nt + 1] = pack_half2(p2 * fv[nt][0], p3 * fv[nt][1]);
+      } else {
+        pf[2 * nt] = pack_half2(p0, p1);
+        pf[2 * nt + 1] = pack_half2(p2, p3);
+      }
     }
     la = la * ca + sa;
     lb = lb * cb + sb;

@@ -207,22 +207,26 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
 // f16 itself; q8 / q4 integers (f16 block scale, so the product rounds once, as the float path would); fp8, whose
 // halves are the code values times 2^-8 (e4m3's sign, exponent and mantissa moved into f16's places: bias 7 vs
 // 15, subnormals onto subnormals, 0x7f decodes as 480 as above) with the factor scale * 2^8 rounded to f16.
+// Codecs whose unit factor is one per row (fp8's scale, the tq gain): a kernel can fold it into a score or a
+// softmax weight instead of applying it to every value.
+template <CodecId C>
+constexpr bool kRowFactor = C == CodecId::fp8 || C == CodecId::tq4 || C == CodecId::tq3;
+
 template <CodecId C>
 constexpr bool kHasUnitDecodeHalf =
     C == CodecId::f16 || C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
 
-__device__ __forceinline__ __half2 bits_as_half2(uint32_t b) {
-  return __halves2half2(__ushort_as_half(uint16_t(b & 0xffff)), __ushort_as_half(uint16_t(b >> 16)));
-}
+__device__ __forceinline__ __half2 bits_as_half2(uint32_t b) { return *reinterpret_cast<const __half2*>(&b); }
 
+// Returns the factor as a float (fp8: scale * 2^8; q8 / q4: the f16 block scale; f16: 1).
 template <CodecId C, bool kNc = true>
-__device__ __forceinline__ __half2 unit_decode_half(const uint8_t* row, int d, int u, __half2* h) {
+__device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int u, __half2* h) {
   static_assert(kHasUnitDecodeHalf<C>, "no exact f16 form");
   if constexpr (C == CodecId::f16) {
     uint32_t w[4];
     load_words<4, true, kNc>(row + 16 * u, w);
     for (int k = 0; k < 4; ++k) h[k] = bits_as_half2(w[k]);
-    return __float2half2_rn(1.0f);
+    return 1.0f;
   } else if constexpr (C == CodecId::fp8) {
     uint32_t w[2];
     load_words<2, false, kNc>(row + 4 + 8 * u, w);
@@ -230,7 +234,7 @@ __device__ __forceinline__ __half2 unit_decode_half(const uint8_t* row, int d, i
       const uint32_t x = __byte_perm(w[k / 2], 0, k % 2 ? 0x3424 : 0x1404);  // codes into bytes 1 and 3
       h[k] = bits_as_half2((x & 0x80008000u) | ((x >> 1) & 0x3f803f80u));
     }
-    return __float2half2_rn(load_f32<kNc>(row) * 256.0f);
+    return load_f32<kNc>(row) * 256.0f;
   } else {
     // 0x6400 | b is the f16 1024 + b for a byte b: q8 codes biased by 128, q4 nibbles (code - 8 stored + 8).
     uint32_t w[2];
@@ -248,7 +252,7 @@ __device__ __forceinline__ __half2 unit_decode_half(const uint8_t* row, int d, i
     }
     const __half2 b2 = __float2half2_rn(bias);
     for (int k = 0; k < 4; ++k) h[k] = __hsub2(bits_as_half2(__byte_perm(w[k / 2], 0x64646464u, k % 2 ? 0x4342 : 0x4140)), b2);
-    return __half2half2(__ushort_as_half(load_u16<kNc>(row + 2 * (u / 4))));
+    return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
   }
 }
 #endif
