@@ -38,10 +38,13 @@ struct Cfg {
   static constexpr int kHalfTile = kTok * kRow;             // raw K (or V) rows of one tile
   static constexpr int kRaw = 2 * kHalfTile;                // one stage: K rows then V rows
   static constexpr bool kDirect = C == CodecId::f16;        // raw rows are already the f16 tile
-  static constexpr int kStages = kDirect ? 3 : 4;           // (kStages - 1) tiles in flight per warp
-  static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile
+  static constexpr int kStages = 3;                         // (kStages - 1) tiles in flight per warp
+  static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile (K, then V in the same place)
   static constexpr bool kFold = layout::kRowFactor<C>;     // per-row factor folded into S and P
-  static constexpr int kWarpBytes = kStages * kRaw + (kDirect ? 0 : 2 * kTile + 2 * kTok * 4);
+  static constexpr int kWarpBytes = kStages * kRaw + (kDirect ? 0 : kTile + 2 * kTok * 4);
+  // Blocks per SM the registers are capped for: the decoding codecs' loop is latency-bound, so 3 blocks (12 warps)
+  // of ~17-21 KB of shared memory per warp; f16 is bound by bytes at 2; head_dim 256 needs the registers.
+  static constexpr int kMinBlocks = D >= 256 ? 1 : kDirect ? 2 : 3;
   static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
   static constexpr int kQ = kRows * D * 4;
   static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
@@ -119,48 +122,45 @@ __device__ __forceinline__ void issue_tile(const DecodeArgs& a, const uint8_t* k
 
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 
-// Raw rows of a stage -> f16 tiles kd, vd [16][D] (swizzled). Codecs with an exact f16 form convert in pairs
-// (layout::unit_decode_half), the others decode to floats (layout::unit_decode) and round once. A per-row factor
-// (kFold) is left out of the values and stored per token in fac[K 16 | V 16]; other factors multiply the values.
-template <CodecId C, int D>
-__device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv, uint8_t* kd, uint8_t* vd, float* fac,
-                                            int lane) {
+// Raw K (kHalf 0) or V (1) rows of a stage -> f16 tile dst [16][D] (swizzled). Codecs with an exact f16 form
+// convert in pairs (layout::unit_decode_half), the others decode to floats (layout::unit_decode) and round once. A
+// per-row factor (kFold) is left out of the values and stored per token in fac[16]; other factors multiply them.
+template <CodecId C, int D, int kHalf>
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv, uint8_t* dst, float* fac, int lane) {
   using G = Cfg<C, D>;
   constexpr int kUnits = D / layout::kUnit, kStep = 32 / kUnits;  // a warp step covers kStep tokens
   static_assert(32 % kUnits == 0);
   const int u = lane % kUnits, lt = lane / kUnits;
 #pragma unroll
-  for (int half = 0; half < 2; ++half)
+  for (int t = 0; t < kTok; t += kStep) {
+    const int tok = t + lt;
+    const uint8_t* row = raw + kHalf * G::kHalfTile + tok * G::kRow;
+    uint4 p;
+    float f;
+    if constexpr (layout::kHasUnitDecodeHalf<C>) {
+      __half2 h[4];
+      f = layout::unit_decode_half<C, false>(row, D, u, h);
+      if constexpr (!G::kFold) {
+        const __half2 f2 = __float2half2_rn(f);
 #pragma unroll
-    for (int t = 0; t < kTok; t += kStep) {
-      const int tok = t + lt;
-      const uint8_t* row = raw + half * G::kHalfTile + tok * G::kRow;
-      uint4 p;
-      float f;
-      if constexpr (layout::kHasUnitDecodeHalf<C>) {
-        __half2 h[4];
-        f = layout::unit_decode_half<C, false>(row, D, u, h);
-        if constexpr (!G::kFold) {
-          const __half2 f2 = __float2half2_rn(f);
-#pragma unroll
-          for (int k = 0; k < 4; ++k) h[k] = __hmul2(h[k], f2);
-        }
-        p = make_uint4(half2_bits(h[0]), half2_bits(h[1]), half2_bits(h[2]), half2_bits(h[3]));
-      } else {
-        float y[8];
-        f = layout::unit_decode<C, false>(row, D, u, lv, y);
-        const float s = G::kFold ? 1.0f : f;
-        p = make_uint4(pack_half2(y[0] * s, y[1] * s), pack_half2(y[2] * s, y[3] * s), pack_half2(y[4] * s, y[5] * s),
-                       pack_half2(y[6] * s, y[7] * s));
+        for (int k = 0; k < 4; ++k) h[k] = __hmul2(h[k], f2);
       }
-      *reinterpret_cast<uint4*>((half ? vd : kd) + swz<D>(tok, u)) = p;
-      if (G::kFold && u == 0) fac[half * kTok + tok] = f;
+      p = make_uint4(half2_bits(h[0]), half2_bits(h[1]), half2_bits(h[2]), half2_bits(h[3]));
+    } else {
+      float y[8];
+      f = layout::unit_decode<C, false>(row, D, u, lv, y);
+      const float s = G::kFold ? 1.0f : f;
+      p = make_uint4(pack_half2(y[0] * s, y[1] * s), pack_half2(y[2] * s, y[3] * s), pack_half2(y[4] * s, y[5] * s),
+                     pack_half2(y[6] * s, y[7] * s));
     }
+    *reinterpret_cast<uint4*>(dst + swz<D>(tok, u)) = p;
+    if (G::kFold && u == 0) fac[tok] = f;
+  }
 }
 
 // grid (n_splits, n_kv_heads, row groups of 16 query heads).
 template <CodecId C, int D>
-__global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
+__global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
   using G = Cfg<C, D>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float lv[16];
@@ -206,9 +206,8 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
 
   uint8_t* wb = smem + warp * G::kWarpBytes;
   const uint32_t ws = smem_addr(wb);
-  uint8_t* kd = wb + G::kStages * G::kRaw;  // decoded tiles (not used by f16)
-  uint8_t* vd = kd + G::kTile;
-  float* fac = reinterpret_cast<float*>(vd + G::kTile);  // per-row factors of the tile (kFold)
+  uint8_t* td = wb + G::kStages * G::kRaw;              // decoded K, then V tile (not used by f16)
+  float* fac = reinterpret_cast<float*>(td + G::kTile);  // per-row factors of the tile: K 16, V 16 (kFold)
   auto tile_t0 = [&](int j) { return c0 + (warp + j * kWarps) * kTok; };
   // Page-table entries are loaded a tile ahead of their copy: a copy that waited on its entry would expose a
   // memory round trip per tile (the asm memory clobbers keep the compiler from hoisting the load itself).
@@ -236,15 +235,15 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
     cp_wait<G::kStages - 2>();
     __syncwarp();
     const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
+    const uint8_t* raw = wb + (j % G::kStages) * G::kRaw;
     uint32_t kt, vt;
     if constexpr (G::kDirect) {
       kt = ws + (j % G::kStages) * G::kRaw;
       vt = kt + G::kHalfTile;
     } else {
-      decode_tile<C, D>(wb + (j % G::kStages) * G::kRaw, lv, kd, vd, fac, lane);
+      decode_tile<C, D, 0>(raw, lv, td, fac, lane);
       __syncwarp();
-      kt = smem_addr(kd);
-      vt = smem_addr(vd);
+      kt = vt = smem_addr(td);
     }
     {  // refill the stage tile j - 1 used (every lane is past it)
       const int jn = j + G::kStages - 1;
@@ -265,6 +264,11 @@ __global__ void __launch_bounds__(kThreads) mma_split_kernel(DecodeArgs a) {
       ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
       mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
       mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
+    }
+    if constexpr (!G::kDirect) {  // K is in registers now: V takes its place
+      __syncwarp();
+      decode_tile<C, D, 1>(raw, lv, td, fac + kTok, lane);
+      __syncwarp();
     }
     // This lane's tokens: 2c, 2c+1 (n-tile 0) and 8+2c, 9+2c (n-tile 1), for both of its rows.
     float fk[2][2], fv[2][2];
