@@ -201,17 +201,17 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
   }
 }
 
-#if defined(__CUDACC__)
-// ---- unit decode straight to f16 pairs (device code: the tensor-core attention). h[0..4) = values 8u..8u+7,
-// exact, to be multiplied by the returned factor in f16. Only codecs whose codes have an exact f16 form:
-// f16 itself; q8 / q4 integers (f16 block scale, so the product rounds once, as the float path would); fp8, whose
-// halves are the code values times 2^-8 (e4m3's sign, exponent and mantissa moved into f16's places: bias 7 vs
-// 15, subnormals onto subnormals, 0x7f decodes as 480 as above) with the factor scale * 2^8 rounded to f16.
 // Codecs whose unit factor is one per row (fp8's scale, the tq gain): a kernel can fold it into a score or a
 // softmax weight instead of applying it to every value.
 template <CodecId C>
 constexpr bool kRowFactor = C == CodecId::fp8 || C == CodecId::tq4 || C == CodecId::tq3;
 
+#if defined(__CUDACC__)
+// ---- unit decode straight to f16 pairs (device code: the tensor-core attention). h[0..4) = values 8u..8u+7,
+// exact, to be multiplied by the returned factor. Only codecs whose codes have an exact f16 form:
+// f16 itself; q8 / q4 integers (f16 block scale, so the product rounds once, as the float path would); fp8, whose
+// halves are the code values times 2^-8 (e4m3's sign, exponent and mantissa moved into f16's places: bias 7 vs
+// 15, subnormals onto subnormals, 0x7f decodes as 480 as above) with the factor scale * 2^8.
 template <CodecId C>
 constexpr bool kHasUnitDecodeHalf =
     C == CodecId::f16 || C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
