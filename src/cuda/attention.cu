@@ -9,6 +9,7 @@
 #include <cfloat>
 
 #include "cuda/attention_launch.h"
+#include "cuda/mma.cuh"
 #include "cuda/rotate_shared.cuh"
 #include "kv/codecs/layout.h"
 
@@ -237,31 +238,6 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   return cudaGetLastError();
 }
 
-// Calls f.template operator()<C, D>() for the runtime codec and head_dim.
-template <class F>
-cudaError_t dispatch(CodecId c, int head_dim, const F& f) {
-  auto by_dim = [&]<CodecId C>() -> cudaError_t {
-    switch (head_dim) {
-      case 64: return f.template operator()<C, 64>();
-      case 128: return f.template operator()<C, 128>();
-      case 256: return f.template operator()<C, 256>();
-      default: return cudaErrorInvalidValue;
-    }
-  };
-  switch (c) {
-    case CodecId::f32: return by_dim.template operator()<CodecId::f32>();
-    case CodecId::f16: return by_dim.template operator()<CodecId::f16>();
-    case CodecId::bf16: return by_dim.template operator()<CodecId::bf16>();
-    case CodecId::fp8: return by_dim.template operator()<CodecId::fp8>();
-    case CodecId::q8: return by_dim.template operator()<CodecId::q8>();
-    case CodecId::q4: return by_dim.template operator()<CodecId::q4>();
-    case CodecId::q4r: return by_dim.template operator()<CodecId::q4r>();
-    case CodecId::tq4: return by_dim.template operator()<CodecId::tq4>();
-    case CodecId::tq3: return by_dim.template operator()<CodecId::tq3>();
-    default: return cudaErrorInvalidValue;
-  }
-}
-
 }  // namespace
 
 cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs) {
@@ -272,11 +248,13 @@ cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels
 }
 
 cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t st) {
-  return dispatch(a.codec, a.head_dim, [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
+  return dispatch(AllCodecs{}, Dims<64, 128, 256>{}, a.codec, a.head_dim,
+                  [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
 }
 
 cudaError_t decode_blocks_per_sm(CodecId codec, int head_dim, int n_rep, int* blocks) {
-  return dispatch(codec, head_dim, [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(n_rep, blocks); });
+  return dispatch(AllCodecs{}, Dims<64, 128, 256>{}, codec, head_dim,
+                  [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(n_rep, blocks); });
 }
 
 }  // namespace kvtax::cuda::detail

@@ -10,13 +10,11 @@
 //   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand (ldmatrix.trans of V).
 // Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the
 // scalar kernel, for merge_kernel.
-//
-// Fragment layout of m16n8k16 (PTX ISA), lane = 4 g + c: A regs {row g | row g+8} x {cols 2c,2c+1 | +8};
-// B regs: k rows 2c,2c+1 (+8) of column g; C: rows g / g+8, columns 2c, 2c+1.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/attention_launch.h"
+#include "cuda/mma.cuh"
 #include "cuda/rotate_shared.cuh"
 #include "kv/codecs/layout.h"
 
@@ -50,43 +48,6 @@ struct Cfg {
   static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
   static_assert(kRow % 4 == 0 && kRaw % 16 == 0 && kSmem >= kQ);
 };
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
-}
-
-__device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t* r) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t* r) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
-               : "r"(addr)
-               : "memory");
-}
-
-// 16 bytes global -> shared; src_bytes 0 writes zeros and reads nothing.
-__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
-}
-__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
-template <int N>
-__device__ __forceinline__ void cp_wait() {
-  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
 
 // Byte offset of 16-byte piece `col` of token `row` in an f16 tile [16][D]: pieces are XOR-swizzled by row, so
 // ldmatrix's eight row reads of one column fall in eight different bank groups.
@@ -410,37 +371,21 @@ cudaError_t occupancy_codec_dim(int* blocks) {
   return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mma_split_kernel<C, D>, kThreads, Cfg<C, D>::kSmem);
 }
 
-// Calls f.template operator()<C, D>() for the runtime codec (one the kernel takes) and head_dim.
-template <class F>
-cudaError_t dispatch(CodecId c, int head_dim, const F& f) {
-  auto by_dim = [&]<CodecId C>() -> cudaError_t {
-    switch (head_dim) {
-      case 64: return f.template operator()<C, 64>();
-      case 128: return f.template operator()<C, 128>();
-      case 256: return f.template operator()<C, 256>();
-      default: return cudaErrorInvalidValue;
-    }
-  };
-  switch (c) {
-    case CodecId::f16: return by_dim.template operator()<CodecId::f16>();
-    case CodecId::fp8: return by_dim.template operator()<CodecId::fp8>();
-    case CodecId::q8: return by_dim.template operator()<CodecId::q8>();
-    case CodecId::q4: return by_dim.template operator()<CodecId::q4>();
-    case CodecId::q4r: return by_dim.template operator()<CodecId::q4r>();
-    case CodecId::tq4: return by_dim.template operator()<CodecId::tq4>();
-    case CodecId::tq3: return by_dim.template operator()<CodecId::tq3>();
-    default: return cudaErrorInvalidValue;
-  }
-}
+// The codecs the tensor-core kernel takes (f32 keeps f32 precision and bf16 can exceed f16's range: both stay on
+// the scalar kernel).
+using MmaCodecs = Codecs<CodecId::f16, CodecId::fp8, CodecId::q8, CodecId::q4, CodecId::q4r, CodecId::tq4, CodecId::tq3>;
+using MmaDims = Dims<64, 128, 256>;
 
 }  // namespace
 
 cudaError_t launch_decode_mma(const DecodeArgs& a, cudaStream_t st) {
-  return dispatch(a.codec, a.head_dim, [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
+  return dispatch(MmaCodecs{}, MmaDims{}, a.codec, a.head_dim,
+                  [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
 }
 
 cudaError_t decode_mma_blocks_per_sm(CodecId codec, int head_dim, int* blocks) {
-  return dispatch(codec, head_dim, [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(blocks); });
+  return dispatch(MmaCodecs{}, MmaDims{}, codec, head_dim,
+                  [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(blocks); });
 }
 
 }  // namespace kvtax::cuda::detail

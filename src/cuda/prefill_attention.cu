@@ -9,13 +9,12 @@
 // with cp.async while this tile is decoded (shared -> shared, f16) and multiplied, so the tile loads' memory
 // latency hides behind the tensor-core work instead of stalling the block. Fragments come from the f16 tiles
 // through ldmatrix (V row-major, read transposed by ldmatrix.trans).
-//
-// Fragment layout of m16n8k16 (PTX ISA), lane = 4 g + c: A regs {row g | row g+8} x {cols 2c,2c+1 | +8};
-// B regs: k rows 2c,2c+1 (+8) of column g; C: rows g / g+8, columns 2c, 2c+1.
+// Fragment layouts: cuda/mma.cuh.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/attention_launch.h"
+#include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
 #include "kv/codecs/layout.h"
 
@@ -27,36 +26,6 @@ namespace layout = kv::layout;
 
 constexpr int kWarps = 8, kThreads = 32 * kWarps, kRows = 16 * kWarps, kTile = 64;
 constexpr float kLog2e = 1.4426950408889634f;
-
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
-}
-
-__device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm(  // not volatile: the compiler may interleave independent products and their shared-memory loads
-      "mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, "
-      "{%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
-}
-
-__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
-
-__device__ __forceinline__ void ldmatrix_x4(uint32_t* r, const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-__device__ __forceinline__ void ldmatrix_x4_trans(uint32_t* r, const __half* p) {
-  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
-               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3]) : "r"(smem_addr(p)));
-}
-
-__device__ __forceinline__ void cp_async16(void* dst, const void* src) {
-  asm volatile("cp.async.cg.shared.global [%0], [%1], 16;\n" ::"r"(smem_addr(dst)), "l"(src));
-}
-__device__ __forceinline__ void cp_async_commit() { asm volatile("cp.async.commit_group;\n"); }
-__device__ __forceinline__ void cp_async_wait_1() { asm volatile("cp.async.wait_group 1;\n" ::: "memory"); }
 
 // Raw bytes of one tile in shared memory: kTile K rows, then kTile V rows (row_bytes each, 16-byte multiple
 // in total since kTile * row_bytes is).
@@ -70,8 +39,8 @@ __device__ __forceinline__ void issue_tile(const PrefillArgs& a, const uint8_t* 
   const uint8_t* base = page + size_t(k0 & (kPageTokens - 1)) * a.row_bytes;
   const int n16 = int(kTile * a.row_bytes / 16);
   for (int i = threadIdx.x; i < n16; i += kThreads) {
-    cp_async16(raw + 16 * i, base + 16 * i);
-    cp_async16(raw + kTile * a.row_bytes + 16 * i, base + a.v_offset + 16 * i);
+    cp_async16(smem_addr(raw + 16 * i), base + 16 * i);
+    cp_async16(smem_addr(raw + kTile * a.row_bytes + 16 * i), base + a.v_offset + 16 * i);
   }
 }
 
@@ -147,11 +116,11 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
 
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
   issue_tile(a, kh, 0, raw(0));
-  cp_async_commit();
+  cp_commit();
   for (int k0 = 0, t = 0; k0 < kend; k0 += kTile, ++t) {
     if (k0 + kTile < kend) issue_tile(a, kh, k0 + kTile, raw(t + 1));
-    cp_async_commit();  // possibly empty: the wait below always means "all but the newest group"
-    cp_async_wait_1();
+    cp_commit();  // possibly empty: the wait below always means "all but the newest group"
+    cp_wait<1>();
     __syncthreads();  // this tile's bytes are in (every thread's copies), the previous tile is consumed
     decode_tile<C, D, S>(raw(t), a.row_bytes, k0, kend, lv, k_s, v_s);
     __syncthreads();
@@ -166,7 +135,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
 #pragma unroll
       for (int nt = 0; nt < kTile / 8; ++nt) {
         uint32_t b[4];
-        ldmatrix_x4(b, k_s + (nt * 8 + lr) * S + ks * 16 + lm * 8);
+        ldsm_x4(smem_addr(k_s + (nt * 8 + lr) * S + ks * 16 + lm * 8), b);
         mma_16816(s[nt], qf[ks], b[0], b[1]);
         mma_16816(s[nt], qf[ks + 1], b[2], b[3]);
       }
@@ -218,7 +187,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
 #pragma unroll
       for (int dn = 0; dn < D / 8; dn += 2) {
         uint32_t b[4];
-        ldmatrix_x4_trans(b, v_s + (kk * 16 + (lm % 2) * 8 + lr) * S + (dn + lm / 2) * 8);
+        ldsm_x4_trans(smem_addr(v_s + (kk * 16 + (lm % 2) * 8 + lr) * S + (dn + lm / 2) * 8), b);
         mma_16816(o[dn], pf[kk], b[0], b[1]);
         mma_16816(o[dn + 1], pf[kk], b[2], b[3]);
       }
@@ -264,41 +233,27 @@ __global__ void __launch_bounds__(256) rotate_rows_kernel(float* x, int64_t rows
   for (int i = lane; i < D; i += 32) xr[i] = inverse ? v[i] * n * signs[i] : v[i] * n;
 }
 
-template <CodecId C>
-cudaError_t launch_codec(const PrefillArgs& a, cudaStream_t s) {
+template <CodecId C, int D>
+cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
   const int tiles = (a.n_tok * a.n_rep + kRows - 1) / kRows;
   const dim3 grid(a.n_kv_heads, tiles);
   // cp.async moves 16-byte pieces: every tile's start must be 16-byte aligned (it is for whole-page pools).
   if ((reinterpret_cast<uintptr_t>(a.pool) | a.head_stride | a.page_bytes | a.v_offset | (kTile * a.row_bytes)) % 16)
     return cudaErrorMisalignedAddress;
-  auto run = [&](auto kernel, int d) {
-    const size_t bytes = 2 * raw_tile_bytes(a.row_bytes) + 2 * size_t(kTile) * (d + 8) * sizeof(__half);
-    cudaError_t e = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-    if (e != cudaSuccess) return e;
-    kernel<<<grid, kThreads, bytes, s>>>(a);
-    return cudaGetLastError();
-  };
-  if (a.head_dim == 64) return run(prefill_kernel<C, 64>, 64);
-  if (a.head_dim == 128) return run(prefill_kernel<C, 128>, 128);
-  return cudaErrorInvalidValue;
+  const size_t bytes = 2 * raw_tile_bytes(a.row_bytes) + 2 * size_t(kTile) * (D + 8) * sizeof(__half);
+  if (cudaError_t e = cudaFuncSetAttribute(prefill_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
+      e != cudaSuccess)
+    return e;
+  prefill_kernel<C, D><<<grid, kThreads, bytes, s>>>(a);
+  return cudaGetLastError();
 }
 
 }  // namespace
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s) {
   if (a.n_tok <= 0) return cudaSuccess;
-  switch (a.codec) {
-    case CodecId::f32: return launch_codec<CodecId::f32>(a, s);
-    case CodecId::f16: return launch_codec<CodecId::f16>(a, s);
-    case CodecId::bf16: return launch_codec<CodecId::bf16>(a, s);
-    case CodecId::fp8: return launch_codec<CodecId::fp8>(a, s);
-    case CodecId::q8: return launch_codec<CodecId::q8>(a, s);
-    case CodecId::q4: return launch_codec<CodecId::q4>(a, s);
-    case CodecId::q4r: return launch_codec<CodecId::q4r>(a, s);
-    case CodecId::tq4: return launch_codec<CodecId::tq4>(a, s);
-    case CodecId::tq3: return launch_codec<CodecId::tq3>(a, s);
-    default: return cudaErrorInvalidValue;
-  }
+  return dispatch(AllCodecs{}, Dims<64, 128>{}, a.codec, a.head_dim,
+                  [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, s); });
 }
 
 cudaError_t launch_rotate_rows(float* x, int64_t rows, int d, const float* signs, bool inverse, cudaStream_t s) {

@@ -1,0 +1,76 @@
+#pragma once
+// Warp-level tensor-core and async-copy primitives shared by the flash-decode (attention_mma.cu) and
+// flash-prefill (prefill_attention.cu) kernels, and the dispatch from a runtime (codec, head_dim) to a kernel
+// template instance.
+//
+// Fragment layout of mma.sync m16n8k16 (PTX ISA), lane = 4 g + c: A regs {row g | row g+8} x {cols 2c,2c+1 | +8};
+// B regs: k rows 2c,2c+1 (+8) of column g; C: rows g / g+8, columns 2c, 2c+1.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "kv/codecs/codec.h"
+
+namespace kvtax::cuda::detail {
+
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
+  const __half2 h = __floats2half2_rn(lo, hi);
+  return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
+}
+
+// c += a b (f16 operands, f32 accumulators). Not volatile: the compiler may interleave independent products.
+__device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
+  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+}
+
+__device__ __forceinline__ uint32_t smem_addr(const void* p) { return uint32_t(__cvta_generic_to_shared(p)); }
+
+// Four 8x8 b16 matrices; lane l gives the shared address of row l % 8 of matrix l / 8.
+__device__ __forceinline__ void ldsm_x4(uint32_t addr, uint32_t* r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+// The same, each matrix transposed on the way (B operands from row-major [k][n] tiles).
+__device__ __forceinline__ void ldsm_x4_trans(uint32_t addr, uint32_t* r) {
+  asm volatile("ldmatrix.sync.aligned.m8n8.x4.trans.shared.b16 {%0,%1,%2,%3}, [%4];\n"
+               : "=r"(r[0]), "=r"(r[1]), "=r"(r[2]), "=r"(r[3])
+               : "r"(addr)
+               : "memory");
+}
+
+// 16 bytes global -> shared; the first src_bytes are read, the rest of the 16 written as zeros.
+__device__ __forceinline__ void cp_async16(uint32_t dst, const void* src, int src_bytes = 16) {
+  asm volatile("cp.async.cg.shared.global [%0], [%1], 16, %2;\n" ::"r"(dst), "l"(src), "r"(src_bytes) : "memory");
+}
+__device__ __forceinline__ void cp_commit() { asm volatile("cp.async.commit_group;\n" ::: "memory"); }
+// Waits until at most N of this thread's committed groups are still in flight.
+template <int N>
+__device__ __forceinline__ void cp_wait() {
+  asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
+}
+
+// Calls f.template operator()<C, D>() for the runtime codec and head_dim when they are among the listed ones
+// (each listed pair is one kernel instance); cudaErrorInvalidValue otherwise.
+template <kv::CodecId... Cs>
+struct Codecs {};
+template <int... Ds>
+struct Dims {};
+using AllCodecs = Codecs<kv::CodecId::f32, kv::CodecId::f16, kv::CodecId::bf16, kv::CodecId::fp8, kv::CodecId::q8,
+                         kv::CodecId::q4, kv::CodecId::q4r, kv::CodecId::tq4, kv::CodecId::tq3>;
+
+template <kv::CodecId... Cs, int... Ds, class F>
+cudaError_t dispatch(Codecs<Cs...>, Dims<Ds...>, kv::CodecId c, int head_dim, const F& f) {
+  cudaError_t r = cudaErrorInvalidValue;
+  auto by_dim = [&]<kv::CodecId C>() {
+    (void)((head_dim == Ds ? (r = f.template operator()<C, Ds>(), true) : false) || ...);
+  };
+  (void)((c == Cs ? (by_dim.template operator()<Cs>(), true) : false) || ...);
+  return r;
+}
+
+}  // namespace kvtax::cuda::detail
