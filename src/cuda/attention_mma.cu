@@ -252,11 +252,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
       }
     float mxa = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
     float mxb = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
-      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
-    }
+    quad_max(mxa, mxb);
     // Token 0 of the tile is valid, so the new maxima are finite (exp2(-inf) = 0 rescales the empty start).
     const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
     const float ca = exp2f(ma - na), cb = exp2f(mb - nb);
@@ -298,11 +294,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     }
   }
   cp_wait<0>();
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    la += __shfl_xor_sync(0xffffffffu, la, off);
-    lb += __shfl_xor_sync(0xffffffffu, lb, off);
-  }
+  quad_sum(la, lb);
 
   // Merge the warps, then write this chunk's partial (unnormalised output, max, sum) for rows of the group.
   __syncthreads();  // every warp is done with its stages

@@ -54,6 +54,22 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// The four lanes of a quad (same g) hold one row pair of a C fragment: combine their values of rows g and g+8.
+__device__ __forceinline__ void quad_max(float& a, float& b) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    a = fmaxf(a, __shfl_xor_sync(0xffffffffu, a, off));
+    b = fmaxf(b, __shfl_xor_sync(0xffffffffu, b, off));
+  }
+}
+__device__ __forceinline__ void quad_sum(float& a, float& b) {
+#pragma unroll
+  for (int off = 1; off <= 2; off <<= 1) {
+    a += __shfl_xor_sync(0xffffffffu, a, off);
+    b += __shfl_xor_sync(0xffffffffu, b, off);
+  }
+}
+
 // Calls f.template operator()<C, D>() for the runtime codec and head_dim when they are among the listed ones
 // (each listed pair is one kernel instance); cudaErrorInvalidValue otherwise.
 template <kv::CodecId... Cs>

@@ -152,11 +152,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
       mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
       mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
     }
-#pragma unroll
-    for (int off = 1; off <= 2; off <<= 1) {
-      mxa = fmaxf(mxa, __shfl_xor_sync(0xffffffffu, mxa, off));
-      mxb = fmaxf(mxb, __shfl_xor_sync(0xffffffffu, mxb, off));
-    }
+    quad_max(mxa, mxb);
     // Key 0 is in the first tile and every row sees it, so the running maxima are finite from there on.
     const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
     const float ca = exp2f(ma - na), cb = exp2f(mb - nb);
@@ -192,11 +188,7 @@ __global__ void __launch_bounds__(kThreads) prefill_kernel(PrefillArgs a) {
         mma_16816(o[dn + 1], pf[kk], b[2], b[3]);
       }
   }
-#pragma unroll
-  for (int off = 1; off <= 2; off <<= 1) {
-    la += __shfl_xor_sync(0xffffffffu, la, off);
-    lb += __shfl_xor_sync(0xffffffffu, lb, off);
-  }
+  quad_sum(la, lb);
   const float ia = 1.0f / la, ib = 1.0f / lb;
   const int ra = r_warp + g, rb = ra + 8;
   float* oa = ra < n_rows ? a.out + (q_of(ra) - a.q) : nullptr;
