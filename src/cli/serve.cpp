@@ -11,6 +11,7 @@
 
 #include "cli/command.h"
 #include "cli/engine_options.h"
+#include "engine/device.h"
 #include "core/error.h"
 #include "harness/sweep_cli.h"
 #include "model/default_model.h"
@@ -40,19 +41,22 @@ void serve(const ServeArgs& a) {
   pthread_sigmask(SIG_BLOCK, &sigs, nullptr);
   std::signal(SIGPIPE, SIG_IGN);
 
-  if (a.engine.device != "cpu")
-    fail("kvtax serve runs on the CPU only for now (--device {} is for run and bench)", a.engine.device);
+  check_device_name(a.engine.device);  // before loading: a build without the backend says so at once
   const std::string model_path = model_or_default(a.engine.model);
   auto model = Model::load(model_path);
+  // A device holds one copy of the weights for every sequence; the KV budget becomes its page pool.
+  std::unique_ptr<DeviceBackend> dev;
+  if (a.engine.device != "cpu") dev = open_device(a.engine.device, *model);
   const ModelConfig& c = model->config();
   const KvSpec spec = a.engine.kv_spec();
   int ctx = a.engine.ctx > 0 ? a.engine.ctx : int(std::min<uint32_t>(c.context_length ? c.context_length : 4096, 32768));
   size_t reserve = 0;  // shared by every sequence; the scheduler caps one sequence's context to what it holds
   if (!a.reserve.empty()) {
     reserve = harness::parse_bytes(a.reserve);
-    const size_t cap = KvCache::capacity(KvShape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)}, spec, reserve,
-                                         a.engine.batch);
-    if (cap < 2) fail("--kv-reserve {} holds no sequence under KV spec {}", a.reserve, spec.str());
+    const KvShape shape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};
+    // A device engine checks the reservation against its own pages.
+    if (!dev && KvCache::capacity(shape, spec, reserve, a.engine.batch) < 2)
+      fail("--kv-reserve {} holds no sequence under KV spec {}", a.reserve, spec.str());
   }
   serve::ServerOptions o;
   o.host = a.host;
@@ -68,13 +72,16 @@ void serve(const ServeArgs& a) {
   o.engine.parallel = a.parallel;
   o.engine.kv_budget = reserve;
   o.engine.prefix_cache = !a.no_prefix_cache;
+  o.device = dev.get();
   serve::Server server(*model, o);
+  std::fprintf(stderr, "kvtax serve: %s\n", server.engine_description().c_str());
+  std::fflush(stderr);
   const int port = server.bind();
   std::fprintf(stderr,
                "kvtax serve: listening on http://%s:%d/v1 (model '%s', context %d tokens, %d sequences at once, "
-               "KV %s, %.1f MiB budget%s)\n",
+               "KV %s, %.1f MiB budget%s, device %s)\n",
                a.host.c_str(), port, o.model_name.c_str(), server.max_context(), a.parallel, spec.str().c_str(),
-               double(server.kv_budget()) / (1 << 20), o.engine.prefix_cache ? ", prefix cache" : "");
+               double(server.kv_budget()) / (1 << 20), o.engine.prefix_cache ? ", prefix cache" : "", a.engine.device.c_str());
   std::fflush(stderr);
   std::atomic<bool> listen_returned{false};
   std::thread listener([&] {

@@ -41,16 +41,33 @@ CudaDecoder::CudaDecoder(CudaBackend& b, kv::CodecId codec, int max_context, siz
          max_context);
   max_context_ = max_context;
   max_pages_ = capacity_ / P;
-  size_t free_b = 0, total_b = 0;
-  check(cudaMemGetInfo(&free_b, &total_b), "cudaMemGetInfo");
-  if (n_pages * page_bytes_ > free_b)
-    fail("--device cuda: the KV reservation of {:.2f} GiB exceeds the {:.2f} GiB free on the device",
-         double(n_pages * page_bytes_) / (1ull << 30), double(free_b) / (1ull << 30));
-  pool_ = Buffer(size_t(max_pages_) * L * page_bytes_);
+  pool_ = std::make_shared<CudaKvPool>(b, codec, size_t(max_pages_) * L);
+  init();
+}
+
+CudaDecoder::CudaDecoder(CudaBackend& b, std::shared_ptr<CudaKvPool> pool, int max_context)
+    : b_(b), codec_(pool->codec()), pool_(std::move(pool)) {
+  const ModelConfig& c = b.model().config();
+  const int P = kv_page_tokens();
+  if (max_context < 1) fail("--device cuda: context of {} tokens", max_context);
+  row_bytes_ = kv::layout::row_bytes(codec_, int(c.head_dim));
+  page_bytes_ = pool_->page_bytes();
+  capacity_ = int(std::min<size_t>(pool_->capacity_tokens(), size_t(1) << 30));
+  if (capacity_ < max_context)
+    fail("--device cuda: the shared KV pool of {:.3f} GiB holds {} tokens, fewer than the context of {}",
+         double(pool_->bytes()) / (1ull << 30), capacity_, max_context);
+  max_context_ = max_context;
+  // The page table (and the attention grid a graph is captured with) covers this decoder's context only.
+  max_pages_ = (max_context + P - 1) / P;
+  init();
+}
+
+void CudaDecoder::init() {
+  const ModelConfig& c = b_.model().config();
+  const int L = int(c.n_layers);
   table_host_.assign(size_t(max_pages_) * L, 0);
   table_ = Buffer(table_host_.size() * 4);
   table_.upload(table_host_.data(), table_host_.size() * 4);
-  reset();
 
   const size_t d = c.d_model, qd = size_t(c.n_heads) * c.head_dim, kvd = size_t(c.n_kv_heads) * c.head_dim;
   const size_t ff = c.d_ff, cols = std::max({d, qd, ff});
@@ -66,14 +83,15 @@ CudaDecoder::CudaDecoder(CudaBackend& b, kv::CodecId codec, int max_context, siz
   for (const Buffer* p : {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &attn_scratch_, &io_})
     scratch_bytes_ += p->bytes();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
-  b_.account(pool_.bytes() + table_.bytes() + scratch_bytes_, 0);
+  b_.account(table_.bytes() + scratch_bytes_, 0);
 }
 
 CudaDecoder::~CudaDecoder() {
   if (graph_exec_) cudaGraphExecDestroy(graph_exec_);
   if (graph_) cudaGraphDestroy(graph_);
   if (stream_) cudaStreamDestroy(stream_);
-  b_.account(0, pool_.bytes() + table_.bytes() + scratch_bytes_ + prefill_bytes_);
+  release_pages(0);
+  b_.account(0, table_.bytes() + scratch_bytes_ + prefill_bytes_);
 }
 
 void CudaDecoder::set_prefill_chunk(int rows) {
@@ -87,10 +105,33 @@ void CudaDecoder::set_prefill_chunk(int rows) {
 
 void CudaDecoder::reset() {
   n_past_ = 0;
-  pages_used_ = 0;
-  const int n = max_pages_ * int(b_.model().config().n_layers);
-  free_.resize(size_t(n));
-  for (int i = 0; i < n; ++i) free_[size_t(i)] = n - 1 - i;  // pop_back hands out 0, 1, 2, ...
+  release_pages(0);
+}
+
+void CudaDecoder::truncate(int n) {
+  if (n < 0 || n > n_past_) fail("--device cuda: truncate to {} tokens of {}", n, n_past_);
+  n_past_ = n;
+  release_pages((n + kv_page_tokens() - 1) / kv_page_tokens());
+}
+
+void CudaDecoder::release_pages(int keep) {
+  const int L = int(b_.model().config().n_layers);
+  // Latest pages first, so a fresh decoder's pool hands pages out again in the same order.
+  for (; pages_used_ > keep; --pages_used_)
+    for (int l = L - 1; l >= 0; --l) pool_->give(table_host_[size_t(l) * max_pages_ + pages_used_ - 1]);
+}
+
+void CudaDecoder::prepare(int max_batch) {
+  set_prefill_chunk(std::clamp(max_batch, 1, kMaxBatch));
+  if (n_past_ != 0) fail("--device cuda: prepare() on a decoder holding {} tokens", n_past_);
+  // Two tokens take the batched prefill path (its buffers and GEMM scratch), then one the decode step
+  // (its graph); the tokens are dropped again.
+  std::vector<float> logits(b_.model().config().n_vocab);
+  const int32_t toks[2] = {0, 0};
+  const int n = std::min(2, max_context_);
+  eval(toks, n, logits.data());
+  if (n_past_ < max_context_) eval(toks, 1, logits.data());
+  reset();
 }
 
 size_t CudaDecoder::kv_bytes_used() const {
@@ -104,27 +145,27 @@ size_t CudaDecoder::kv_bytes_per_token() const {
 
 void CudaDecoder::ensure_pages(int tokens) {
   const int need = (tokens + kv_page_tokens() - 1) / kv_page_tokens();
-  if (need > max_pages_) fail("--device cuda: {} tokens exceed the KV capacity of {}", tokens, capacity_);
+  if (need > max_pages_) fail("--device cuda: {} tokens exceed the KV capacity of {}", tokens, max_pages_ * kv_page_tokens());
   if (need <= pages_used_) return;
   const int L = int(b_.model().config().n_layers);
+  if (size_t(need - pages_used_) * L > pool_->pages_free())
+    fail("--device cuda: the KV pool has {} free pages; {} tokens need {} more", pool_->pages_free(), tokens,
+         size_t(need - pages_used_) * L);
   for (; pages_used_ < need; ++pages_used_)
-    for (int l = 0; l < L; ++l) {
-      table_host_[size_t(l) * max_pages_ + pages_used_] = free_.back();
-      free_.pop_back();
-    }
+    for (int l = 0; l < L; ++l) table_host_[size_t(l) * max_pages_ + pages_used_] = pool_->take();
   check(cudaMemcpyAsync(table_.get(), table_host_.data(), table_host_.size() * 4, cudaMemcpyHostToDevice, stream_),
         "page table upload");
 }
 
 KvView CudaDecoder::view(int layer, int len, const int* len_dev) const {
   const ModelConfig& c = b_.model().config();
-  return KvView{codec_, int(c.n_kv_heads), int(c.head_dim), len, row_bytes_, page_bytes_, pool_.as<uint8_t>(),
-                table_.as<int32_t>() + size_t(layer) * max_pages_, capacity_, len_dev};
+  return KvView{codec_, int(c.n_kv_heads), int(c.head_dim), len, row_bytes_, page_bytes_, pool_->data(),
+                table_.as<int32_t>() + size_t(layer) * max_pages_, max_pages_ * kv_page_tokens(), len_dev};
 }
 
 KvTarget CudaDecoder::target(int layer) const {
   const ModelConfig& c = b_.model().config();
-  return KvTarget{codec_, int(c.n_kv_heads), int(c.head_dim), row_bytes_, page_bytes_, pool_.as<uint8_t>(),
+  return KvTarget{codec_, int(c.n_kv_heads), int(c.head_dim), row_bytes_, page_bytes_, pool_->data(),
                   table_.as<int32_t>() + size_t(layer) * max_pages_};
 }
 

@@ -8,6 +8,7 @@
 #include "cuda/device_model.h"
 #include "cuda/gemm.h"
 #include "cuda/kv_encode.h"
+#include "cuda/kv_pool.h"
 
 namespace kvtax::cuda {
 
@@ -24,6 +25,9 @@ class CudaDecoder : public DeviceDecoder {
   // reserve_bytes 0: pages for max_context tokens; otherwise that many bytes of pages, which must hold
   // max_context tokens.
   CudaDecoder(CudaBackend& b, kv::CodecId codec, int max_context, size_t reserve_bytes);
+  // Pages from a pool other decoders share; eval() fails when the pool runs out (the server admits
+  // requests by the pages they can need, so it does not).
+  CudaDecoder(CudaBackend& b, std::shared_ptr<CudaKvPool> pool, int max_context);
   ~CudaDecoder() override;
 
   void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) override;
@@ -34,10 +38,12 @@ class CudaDecoder : public DeviceDecoder {
   void reset() override;
 
   size_t kv_bytes_used() const override;
-  size_t kv_bytes_reserved() const override { return pool_.bytes(); }
+  size_t kv_bytes_reserved() const override { return pool_->bytes(); }
   size_t kv_bytes_per_token() const override;
   size_t capacity_tokens() const override { return capacity_; }
   size_t scratch_bytes() const override { return scratch_bytes_ + prefill_bytes_; }
+  void truncate(int n) override;
+  void prepare(int max_batch) override;
 
   // Benchmarks: the cache filled to `depth` tokens with random vectors encoded on the device (decode
   // speed does not depend on the stored values), as if that many tokens had been evaluated.
@@ -64,7 +70,9 @@ class CudaDecoder : public DeviceDecoder {
   // Logits of row t of the last prefill chunk into logits_ (output norm + GEMV).
   void chunk_logits(int t);
   void ensure_prefill_buffers();
+  void init();  // after pool_, capacity_ and max_pages_ are set: page table, activations, stream
   void ensure_pages(int tokens);
+  void release_pages(int keep);  // pages beyond the first `keep` of every layer go back to the pool
   KvView view(int layer, int len, const int* len_dev = nullptr) const;
   KvTarget target(int layer) const;
 
@@ -72,8 +80,9 @@ class CudaDecoder : public DeviceDecoder {
   kv::CodecId codec_;
   int max_context_ = 0, n_past_ = 0, capacity_ = 0, max_pages_ = 0, pages_used_ = 0;
   size_t row_bytes_ = 0, page_bytes_ = 0, scratch_bytes_ = 0;
-  Buffer pool_, table_;            // pages; page table [layer][max_pages_]
-  std::vector<int32_t> table_host_, free_;
+  std::shared_ptr<CudaKvPool> pool_;
+  Buffer table_;                   // page table [layer][max_pages_]
+  std::vector<int32_t> table_host_;
   Buffer x_, xb_, xb2_, qkv_, att_, gu_, logits_, gemv_scratch_, attn_scratch_;
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   std::vector<int32_t> io_host_;

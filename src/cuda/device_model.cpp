@@ -133,9 +133,37 @@ size_t CudaBackend::capacity_tokens(const KvSpec& spec, size_t bytes) const {
   return bytes / page / c.n_layers * size_t(kv_page_tokens());
 }
 
+size_t CudaBackend::kv_bytes_for(const KvSpec& spec, size_t tokens) const {
+  const ModelConfig& c = m_.config();
+  const kv::CodecId codec = device_codec(spec, int(c.head_dim));
+  const size_t page = kv_page_bytes(codec, int(c.n_kv_heads), int(c.head_dim)), P = size_t(kv_page_tokens());
+  return (tokens + P - 1) / P * c.n_layers * page;
+}
+
 std::unique_ptr<DeviceDecoder> CudaBackend::decoder(const KvSpec& spec, int max_context, size_t reserve_bytes) {
   return std::make_unique<CudaDecoder>(*this, device_codec(spec, int(m_.config().head_dim)), max_context,
                                        reserve_bytes);
+}
+
+std::shared_ptr<DeviceKvPool> CudaBackend::kv_pool(const KvSpec& spec, size_t bytes) {
+  const ModelConfig& c = m_.config();
+  const kv::CodecId codec = device_codec(spec, int(c.head_dim));
+  const size_t page = kv_page_bytes(codec, int(c.n_kv_heads), int(c.head_dim));
+  // Whole pages for every layer: a page index of one layer is useless without the others'.
+  const size_t pages = bytes / page / c.n_layers * c.n_layers;
+  if (pages == 0)
+    fail("--device cuda: a KV reservation of {} bytes holds no page ({} KiB per layer, {} layers)", bytes,
+         page >> 10, c.n_layers);
+  return std::make_shared<CudaKvPool>(*this, codec, pages);
+}
+
+std::unique_ptr<DeviceDecoder> CudaBackend::shared_decoder(const KvSpec& spec, int max_context,
+                                                           std::shared_ptr<DeviceKvPool> pool) {
+  auto p = std::dynamic_pointer_cast<CudaKvPool>(pool);
+  if (!p) fail("--device cuda: the KV pool was not made by this backend");
+  if (p->codec() != device_codec(spec, int(m_.config().head_dim)))
+    fail("--device cuda: KV spec '{}' differs from the pool's codec {}", spec.str(), kv::codec(p->codec()).name);
+  return std::make_unique<CudaDecoder>(*this, std::move(p), max_context);
 }
 
 }  // namespace kvtax::cuda

@@ -32,7 +32,11 @@ class CudaBackend : public DeviceBackend {
   size_t device_bytes() const override { return used_; }
   size_t peak_device_bytes() const override { return peak_; }
   size_t capacity_tokens(const KvSpec& spec, size_t bytes) const override;
+  size_t kv_bytes_for(const KvSpec& spec, size_t tokens) const override;
   std::unique_ptr<DeviceDecoder> decoder(const KvSpec& spec, int max_context, size_t reserve_bytes) override;
+  std::shared_ptr<DeviceKvPool> kv_pool(const KvSpec& spec, size_t bytes) override;
+  std::unique_ptr<DeviceDecoder> shared_decoder(const KvSpec& spec, int max_context,
+                                                std::shared_ptr<DeviceKvPool> pool) override;
 
   struct Layer {
     Buffer attn_norm, ffn_norm, bq, bk, bv, q_norm, k_norm;

@@ -3,6 +3,7 @@
 #include <fmt/format.h>
 
 #include "core/error.h"
+#include "engine/device.h"
 
 namespace kvtax::cuda {
 
@@ -38,7 +39,15 @@ std::string device_summary() {
 }
 
 Buffer::Buffer(size_t bytes) : n_(bytes) {
-  if (bytes) check(cudaMalloc(&p_, bytes), "cudaMalloc");
+  if (!bytes) return;
+  const cudaError_t e = cudaMalloc(&p_, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();  // not sticky: the device stays usable
+    p_ = nullptr;
+    throw DeviceOutOfMemory(fmt::format("CUDA cudaMalloc of {:.3f} GiB: the device is out of memory",
+                                        double(bytes) / (1ull << 30)));
+  }
+  check(e, "cudaMalloc");
 }
 
 Buffer::~Buffer() {

@@ -79,7 +79,7 @@ std::string Metrics::render(const KvGauges& g) const {
       "# TYPE kvtax_requests_cancelled_total counter\nkvtax_requests_cancelled_total {}\n",
       prompt_, cached_, generated_, cancelled_);
   o += fmt::format(
-      "# HELP kvtax_engine_steps_total Engine steps (one batched forward pass each).\n"
+      "# HELP kvtax_engine_steps_total Engine steps (one token for each decoding sequence, plus prefill chunks).\n"
       "# TYPE kvtax_engine_steps_total counter\nkvtax_engine_steps_total {}\n"
       "# HELP kvtax_engine_batched_steps_total Engine steps that ran more than one sequence.\n"
       "# TYPE kvtax_engine_batched_steps_total counter\nkvtax_engine_batched_steps_total {}\n"
@@ -112,9 +112,11 @@ std::string Metrics::render(const KvGauges& g) const {
       "# HELP kvtax_requests_running Requests the engine is generating for.\n# TYPE kvtax_requests_running gauge\n"
       "kvtax_requests_running {}\n"
       "# HELP kvtax_parallel_limit Sequences the engine decodes together.\n# TYPE kvtax_parallel_limit gauge\n"
-      "kvtax_parallel_limit {}\n",
+      "kvtax_parallel_limit {}\n"
+      "# HELP kvtax_engine_batched 1 when an engine step runs its sequences in one forward pass, 0 when one after "
+      "another (the device).\n# TYPE kvtax_engine_batched gauge\nkvtax_engine_batched {}\n",
       g.bytes_used, g.bytes_active, g.bytes_admitted, g.bytes_reserved, g.capacity_tokens, g.queue_depth,
-      g.queue_limit, g.running, g.parallel);
+      g.queue_limit, g.running, g.parallel, g.batched_engine ? 1 : 0);
   return o;
 }
 

@@ -28,6 +28,7 @@ class Histogram {
 struct KvGauges {
   size_t bytes_used = 0, bytes_active = 0, bytes_admitted = 0, bytes_reserved = 0, capacity_tokens = 0;
   size_t queue_depth = 0, running = 0, queue_limit = 0, parallel = 0;
+  bool batched_engine = true;  // a step is one forward pass over its sequences (false: one after another)
 };
 
 class Metrics {

@@ -5,6 +5,8 @@
 
 #include "core/error.h"
 #include "core/timer.h"
+#include "engine/device.h"
+#include "engine/session.h"
 
 #include <algorithm>
 
@@ -42,7 +44,7 @@ void Job::finish(const GenerateStats& st, std::optional<ApiError> err) {
 // One sequence the engine can run: its own KV cache (and the tokens it holds, the prefix cache) and, while
 // a request runs on it, that request's generation.
 struct Scheduler::Slot {
-  std::unique_ptr<KvCache> cache;
+  std::unique_ptr<EngineSeq> cache;
   std::vector<int32_t> tokens;  // token at each committed cache position
   std::shared_ptr<Job> job;     // null when idle
   std::unique_ptr<Generation> gen;
@@ -51,30 +53,18 @@ struct Scheduler::Slot {
   double t_start = 0;
 };
 
-namespace {
-
-KvShape shape_of(const Model& m) {
-  const auto& c = m.config();
-  return {int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};
-}
-
-}  // namespace
-
-Scheduler::Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics)
-    : model_(m), cfg_(c), metrics_(metrics), pool_(c.threads), pass_(m, std::max(1, c.batch), pool_) {
+Scheduler::Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics, DeviceBackend* device)
+    : model_(m), cfg_(c), metrics_(metrics) {
   if (cfg_.parallel < 1) fail("serve: --parallel must be >= 1, got {}", cfg_.parallel);
   if (cfg_.batch < cfg_.parallel)
     fail("serve: the step of {} tokens (--batch) cannot hold one token for each of {} sequences (--parallel)",
          cfg_.batch, cfg_.parallel);
-  const KvShape shape = shape_of(m);
-  budget_ = cfg_.kv_budget ? cfg_.kv_budget
-                           : size_t(cfg_.parallel) * KvCache::bytes_needed(shape, cfg_.kv, size_t(cfg_.max_context), cfg_.batch);
-  const size_t cap = KvCache::capacity(shape, cfg_.kv, budget_, cfg_.batch);
-  if (cap < 2) fail("serve: a KV budget of {} bytes holds no sequence under KV spec {}", budget_, cfg_.kv.str());
-  if (cap < size_t(cfg_.max_context)) cfg_.max_context = int(cap);
+  engine_ = device ? device_engine(*device, cfg_) : cpu_engine(m, cfg_);
+  budget_ = engine_->budget();
+  cfg_.max_context = engine_->max_context();
   for (int i = 0; i < cfg_.parallel; ++i) {
     auto s = std::make_unique<Slot>();
-    s->cache = std::make_unique<KvCache>(shape, cfg_.kv, size_t(cfg_.max_context), cfg_.batch);
+    s->cache = engine_->sequence();
     slots_.push_back(std::move(s));
   }
   thread_ = std::thread([this] { worker(); });
@@ -115,6 +105,7 @@ KvGauges Scheduler::gauges() const {
   g.bytes_reserved = budget_;
   g.capacity_tokens = size_t(cfg_.max_context);
   g.parallel = size_t(cfg_.parallel);
+  g.batched_engine = engine_->batched();
   std::lock_guard lk(mu_);
   g.queue_depth = queue_.size();
   g.running = running_.size();
@@ -124,7 +115,7 @@ KvGauges Scheduler::gauges() const {
 
 size_t Scheduler::need_bytes(const Job& job) const {
   const size_t tokens = std::min(job.prompt.size() + size_t(std::max(job.max_tokens, 0)), size_t(cfg_.max_context));
-  return KvCache::bytes_needed(shape_of(model_), cfg_.kv, tokens, cfg_.batch);
+  return engine_->bytes_needed(tokens);
 }
 
 void Scheduler::update_gauges() {
@@ -174,7 +165,7 @@ void Scheduler::admit() {
         continue;
       }
       held += s->cache->bytes_used();
-      const int keep = cfg_.prefix_cache && job->reuse ? reusable_prefix(s->tokens, *s->cache, job->prompt) : 0;
+      const int keep = cfg_.prefix_cache && job->reuse ? s->cache->reusable(s->tokens, job->prompt) : 0;
       if (!best || keep > best_keep || (keep == best_keep && s->stamp < best->stamp)) best = s.get(), best_keep = keep;
     }
     if (!best) return;  // every sequence is running
@@ -207,7 +198,7 @@ void Scheduler::admit() {
 }
 
 bool Scheduler::start(Slot& slot, const std::shared_ptr<Job>& job) {
-  const int keep = cfg_.prefix_cache && job->reuse ? reusable_prefix(slot.tokens, *slot.cache, job->prompt) : 0;
+  const int keep = cfg_.prefix_cache && job->reuse ? slot.cache->reusable(slot.tokens, job->prompt) : 0;
   GenerateOptions o;
   o.max_tokens = job->max_tokens;
   o.prefill_chunk = cfg_.batch;
@@ -247,7 +238,7 @@ void Scheduler::step() {
     if (a->gen->prefilling() != b->gen->prefilling()) return !a->gen->prefilling();
     return a->stamp < b->stamp;
   });
-  std::vector<SeqRows> rows;
+  std::vector<EngineRows> rows;
   std::vector<Slot*> in, finished;
   int budget = cfg_.batch;
   for (Slot* s : order) {
@@ -257,16 +248,19 @@ void Scheduler::step() {
       finished.push_back(s);
       continue;
     }
-    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(), false});
+    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits()});
     in.push_back(s);
     budget -= int(t.size());
   }
   if (!rows.empty()) {
     metrics_.step(int(rows.size()), cfg_.batch - budget);
     try {
-      pass_.eval(rows);
+      engine_->eval(rows);
     } catch (const std::bad_alloc&) {
       for (Slot* s : in) complete(*s, ApiError(503, "server_error", "out of memory while generating"));
+      in.clear();
+    } catch (const DeviceOutOfMemory& e) {
+      for (Slot* s : in) complete(*s, ApiError(503, "server_error", std::string("out of device memory: ") + e.what()));
       in.clear();
     } catch (const std::exception& e) {
       for (Slot* s : in) complete(*s, ApiError(500, "server_error", e.what()));

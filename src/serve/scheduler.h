@@ -11,11 +11,11 @@
 #include <thread>
 #include <vector>
 
-#include "core/thread_pool.h"
 #include "engine/generate.h"
 #include "engine/session.h"
 #include "serve/api_request.h"
 #include "serve/metrics.h"
+#include "serve/step_engine.h"
 
 namespace kvtax::serve {
 
@@ -62,9 +62,10 @@ struct SchedulerConfig {
   bool prefix_cache = true;
 };
 
-// Continuous batching over one engine worker. Up to `parallel` sequences run at once; every step decodes
-// one token for each of them in ONE ForwardPass call, together with a prefill chunk of a newly admitted one,
-// so running streams keep flowing while a long prompt is read. Requests wait in a bounded FIFO (429 when
+// Continuous batching over one engine worker (a StepEngine: the CPU ForwardPass, or a device). Up to `parallel` sequences run at once; every step decodes
+// one token for each of them in one engine step (on the CPU ONE ForwardPass call; a device steps them one
+// after another), together with a prefill chunk of a newly admitted one, so running streams keep flowing
+// while a long prompt is read. Requests wait in a bounded FIFO (429 when
 // full) for a free sequence and for KV: a request is admitted with the KV bytes its prompt + max_tokens can
 // need at most, when the budget minus what running sequences were admitted with (and, after evicting idle
 // prefix caches, nothing else) has room; the queue head waits otherwise, and later requests wait behind it.
@@ -72,7 +73,8 @@ struct SchedulerConfig {
 // cancelled, failed or (without the prefix cache) finished ones free it at once.
 class Scheduler {
  public:
-  Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics);
+  // device null: the CPU engine; otherwise that backend (it must outlive the scheduler).
+  Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics, DeviceBackend* device = nullptr);
   ~Scheduler();
   // Queues a job; throws ApiError 429 when the queue is full, 503 once draining started.
   void submit(const std::shared_ptr<Job>& job);
@@ -81,6 +83,7 @@ class Scheduler {
   KvGauges gauges() const;
   int max_context() const { return cfg_.max_context; }
   size_t bytes_reserved() const { return budget_; }
+  const StepEngine& engine() const { return *engine_; }
 
  private:
   struct Slot;
@@ -95,8 +98,7 @@ class Scheduler {
   const Model& model_;
   SchedulerConfig cfg_;
   Metrics& metrics_;
-  ThreadPool pool_;
-  ForwardPass pass_;
+  std::unique_ptr<StepEngine> engine_;
   size_t budget_ = 0;
   std::vector<std::unique_ptr<Slot>> slots_;  // worker thread only
   uint64_t clock_ = 0;                        // admission order / LRU stamp

@@ -53,7 +53,7 @@ struct Server::Impl {
   std::atomic<bool> draining{false};
 
   Impl(const Model& m, const ServerOptions& o)
-      : model(m), opt(o), chat(tok::detect_chat_template(m.file())), scheduler(m, o.engine, metrics) {
+      : model(m), opt(o), chat(tok::detect_chat_template(m.file())), scheduler(m, o.engine, metrics, o.device) {
     if (opt.model_name.empty()) fail("serve: the model name is empty");
     const int n = opt.http_threads;
     http.new_task_queue = [n] { return new httplib::ThreadPool(size_t(n)); };
@@ -214,6 +214,8 @@ bool Server::running() const { return impl_->http.is_running(); }
 int Server::max_context() const { return impl_->scheduler.max_context(); }
 
 size_t Server::kv_budget() const { return impl_->scheduler.bytes_reserved(); }
+
+std::string Server::engine_description() const { return impl_->scheduler.engine().describe(); }
 
 void Server::shutdown(double grace_s) {
   if (impl_->draining.exchange(true)) return;

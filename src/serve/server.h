@@ -18,6 +18,9 @@ struct ServerOptions {
   int default_max_tokens = 256;          // when a request gives none (capped by the context left)
   int http_threads = 64;                 // connections served at once (streams wait on the engine)
   SchedulerConfig engine;
+  // Null: the CPU engine. Otherwise the device that runs the model (outlives the server); the HTTP side is
+  // the same either way.
+  DeviceBackend* device = nullptr;
 };
 
 class Server {
@@ -29,6 +32,7 @@ class Server {
   bool running() const;  // listen() has started accepting
   int max_context() const;   // tokens one request may use (context, capped by the KV budget)
   size_t kv_budget() const;  // KV bytes all sequences share
+  std::string engine_description() const;  // where the model runs and what the KV budget holds
   // Graceful: refuse new requests (503), let queued and running ones finish for up to grace_s, then
   // cancel what is left and stop listening. Safe to call from any thread, once.
   void shutdown(double grace_s);
