@@ -104,6 +104,7 @@ TEST_F(ServeBatching, ConcurrentGreedyRequestsMatchThemAlone) {
     EXPECT_EQ(metric(m, "kvtax_kv_bytes_admitted"), 0);
     EXPECT_EQ(metric(m, "kvtax_requests_running"), 0);
     EXPECT_EQ(metric(m, "kvtax_parallel_limit"), 4);
+    EXPECT_EQ(metric(m, "kvtax_engine_batched"), 1);  // one ForwardPass per step on the CPU
     // Whether the four overlapped depends on the machine's timing; report it, do not assert it.
     std::printf("[%s] engine steps %.0f, of them batched %.0f\n", kv, metric(m, "kvtax_engine_steps_total"),
                 metric(m, "kvtax_engine_batched_steps_total"));
