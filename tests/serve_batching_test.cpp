@@ -46,25 +46,9 @@ class ServeBatching : public ::testing::Test {
   static inline Model* model_ = nullptr;
 };
 
-json completion(const std::string& prompt, int max_tokens) {
-  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
-}
+using kvtax::testing::completion;
 
-// Posts every body at once (released together) and returns each response's text, or "" on failure.
-std::vector<std::string> post_together(int port, const std::vector<json>& bodies) {
-  std::vector<std::string> out(bodies.size());
-  std::barrier go(std::ptrdiff_t(bodies.size()));
-  std::vector<std::thread> ts;
-  for (size_t i = 0; i < bodies.size(); ++i)
-    ts.emplace_back([&, i] {
-      auto c = kvtax::testing::client(port);
-      go.arrive_and_wait();
-      auto r = c->Post("/v1/completions", bodies[i].dump(), "application/json");
-      if (r && r->status == 200) out[i] = r->body;
-    });
-  for (auto& t : ts) t.join();
-  return out;
-}
+using kvtax::testing::post_together;
 
 const std::vector<std::string> kPrompts = {
     "The keeper counts the lamps twice a night.",

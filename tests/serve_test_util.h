@@ -8,8 +8,11 @@
 
 #include <unistd.h>
 
+#include <barrier>
 #include <regex>
 #include <vector>
+
+#include <nlohmann/json.hpp>
 
 #include "model/make_model.h"
 #include "model/model.h"
@@ -47,6 +50,27 @@ inline std::unique_ptr<httplib::Client> client(int port) {
   c->set_read_timeout(600, 0);
   c->set_write_timeout(600, 0);
   return c;
+}
+
+// A greedy /v1/completions body for the "tiny" test model.
+inline nlohmann::json completion(const std::string& prompt, int max_tokens) {
+  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
+}
+
+// Posts every body at once (released together) and returns each response's text, or "" on failure.
+inline std::vector<std::string> post_together(int port, const std::vector<nlohmann::json>& bodies) {
+  std::vector<std::string> out(bodies.size());
+  std::barrier go(std::ptrdiff_t(bodies.size()));
+  std::vector<std::thread> ts;
+  for (size_t i = 0; i < bodies.size(); ++i)
+    ts.emplace_back([&, i] {
+      auto c = client(port);
+      go.arrive_and_wait();
+      auto r = c->Post("/v1/completions", bodies[i].dump(), "application/json");
+      if (r && r->status == 200) out[i] = r->body;
+    });
+  for (auto& t : ts) t.join();
+  return out;
 }
 
 // Data payloads of an SSE body.

@@ -61,9 +61,7 @@ class CudaServe : public ::testing::Test {
   static inline cuda::CudaBackend* backend_ = nullptr;
 };
 
-json completion(const std::string& prompt, int max_tokens) {
-  return {{"model", "tiny"}, {"prompt", prompt}, {"max_tokens", max_tokens}, {"temperature", 0}};
-}
+using kvtax::testing::completion;
 
 // Short prompts (the four fit one step of 64 rows together), so a prompt is one prefill chunk whether it
 // runs alone or beside the others.
