@@ -47,7 +47,6 @@ class ServeBatching : public ::testing::Test {
 };
 
 using kvtax::testing::completion;
-
 using kvtax::testing::post_together;
 
 const std::vector<std::string> kPrompts = {

@@ -147,7 +147,6 @@ class ServeDevice : public ::testing::Test {
 };
 
 using kvtax::testing::completion;
-
 using kvtax::testing::post_together;
 
 const std::vector<std::string> kPrompts = {
