@@ -225,18 +225,29 @@ __global__ void __launch_bounds__(256) rotate_rows_kernel(float* x, int64_t rows
   for (int i = lane; i < D; i += 32) xr[i] = inverse ? v[i] * n * signs[i] : v[i] * n;
 }
 
+// Dynamic shared memory of one block: two raw stages and the f16 K and V tiles.
+template <CodecId C, int D>
+constexpr size_t smem_bytes() {
+  return 2 * raw_tile_bytes(layout::row_bytes(C, D)) + 2 * size_t(kTile) * (D + 8) * sizeof(__half);
+}
+
+// The kernel with its dynamic shared memory allowed (once per instantiation, not per launch).
+template <CodecId C, int D>
+cudaError_t prepared() {
+  static const cudaError_t e =
+      cudaFuncSetAttribute(prefill_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem_bytes<C, D>()));
+  return e;
+}
+
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
-  const int tiles = (a.n_tok * a.n_rep + kRows - 1) / kRows;
-  const dim3 grid(a.n_kv_heads, tiles);
+  if (a.row_bytes != layout::row_bytes(C, D)) return cudaErrorInvalidValue;
   // cp.async moves 16-byte pieces: every tile's start must be 16-byte aligned (it is for whole-page pools).
   if ((reinterpret_cast<uintptr_t>(a.pool) | a.head_stride | a.page_bytes | a.v_offset | (kTile * a.row_bytes)) % 16)
     return cudaErrorMisalignedAddress;
-  const size_t bytes = 2 * raw_tile_bytes(a.row_bytes) + 2 * size_t(kTile) * (D + 8) * sizeof(__half);
-  if (cudaError_t e = cudaFuncSetAttribute(prefill_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(bytes));
-      e != cudaSuccess)
-    return e;
-  prefill_kernel<C, D><<<grid, kThreads, bytes, s>>>(a);
+  if (cudaError_t e = prepared<C, D>(); e != cudaSuccess) return e;
+  const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + kRows - 1) / kRows);
+  prefill_kernel<C, D><<<grid, kThreads, smem_bytes<C, D>(), s>>>(a);
   return cudaGetLastError();
 }
 

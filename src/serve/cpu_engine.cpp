@@ -33,9 +33,8 @@ class CpuEngine : public StepEngine {
     budget_ = c.kv_budget ? c.kv_budget
                           : size_t(c.parallel) * KvCache::bytes_needed(shape_, kv_, size_t(c.max_context), batch_);
     cap_ = KvCache::capacity(shape_, kv_, budget_, batch_);
-    const size_t cap = cap_;
-    if (cap < 2) fail("serve: a KV budget of {} bytes holds no sequence under KV spec {}", budget_, kv_.str());
-    max_context_ = int(std::min(cap, size_t(c.max_context)));
+    if (cap_ < 2) fail("serve: a KV budget of {} bytes holds no sequence under KV spec {}", budget_, kv_.str());
+    max_context_ = int(std::min(cap_, size_t(c.max_context)));
   }
   size_t budget() const override { return budget_; }
   int max_context() const override { return max_context_; }
