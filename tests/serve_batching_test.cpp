@@ -23,58 +23,35 @@ namespace {
 
 class ServeBatching : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    path_ = kvtax::testing::make_tiny_model("serve-batch", 1024);  // why 1024: serve_test_util.h
-    model_ = Model::load(path_).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    std::filesystem::remove(path_);
-  }
-  static serve::ServerOptions options(const std::string& kv) {
-    serve::ServerOptions o;
-    o.engine.kv = parse_kv_spec(kv);
-    o.engine.max_context = 1024;
-    o.engine.batch = 64;
-    o.engine.threads = 2;
-    o.engine.parallel = 4;
-    o.engine.queue_limit = 16;
-    o.engine.prefix_cache = false;  // every run cold, and no KV left behind
-    return o;
-  }
-  static inline std::string path_;
-  static inline Model* model_ = nullptr;
+  static void SetUpTestSuite() { tiny_ = new kvtax::testing::TinyModel("serve-batch", 1024); }  // 1024: serve_test_util.h
+  static void TearDownTestSuite() { delete tiny_; }
+  static serve::ServerOptions options(const std::string& kv) { return kvtax::testing::server_options(kv, false); }
+  static inline kvtax::testing::TinyModel* tiny_ = nullptr;
 };
 
 using kvtax::testing::completion;
+using kvtax::testing::kMixedPrompts;
 using kvtax::testing::post_together;
-
-const std::vector<std::string> kPrompts = {
-    "The keeper counts the lamps twice a night.",
-    "Vault Aurora holds the code QX-4471; vault Borealis holds JM-2208.",
-    "Once",
-    "A ledger bound in green leather lies open on the desk, every page filled with numbers in a narrow hand.",
-};
 
 }  // namespace
 
 TEST_F(ServeBatching, ConcurrentGreedyRequestsMatchThemAlone) {
   for (const char* kv : {"f16", "q8"}) {
     SCOPED_TRACE(kv);
-    kvtax::testing::TestServer s(*model_, options(kv));
+    kvtax::testing::TestServer s(*tiny_->model, options(kv));
     auto c = kvtax::testing::client(s.port());
     std::vector<json> bodies;
     std::vector<std::string> alone;
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      bodies.push_back(completion(kPrompts[i], 48 + 8 * int(i)));
+    for (size_t i = 0; i < kMixedPrompts.size(); ++i) {
+      bodies.push_back(completion(kMixedPrompts[i], 48 + 8 * int(i)));
       auto r = c->Post("/v1/completions", bodies.back().dump(), "application/json");
       ASSERT_TRUE(r);
       ASSERT_EQ(r->status, 200) << r->body;
       alone.push_back(r->body);
     }
     const std::vector<std::string> together = post_together(s.port(), bodies);
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      SCOPED_TRACE(kPrompts[i]);
+    for (size_t i = 0; i < kMixedPrompts.size(); ++i) {
+      SCOPED_TRACE(kMixedPrompts[i]);
       ASSERT_FALSE(together[i].empty());
       const json a = json::parse(alone[i]), t = json::parse(together[i]);
       EXPECT_EQ(t["choices"][0]["text"], a["choices"][0]["text"]);
@@ -96,10 +73,10 @@ TEST_F(ServeBatching, ConcurrentGreedyRequestsMatchThemAlone) {
 
 TEST_F(ServeBatching, KvBudgetAdmitsOnlyWhatFits) {
   auto o = options("q8");
-  const auto& cfg = model_->config();
+  const auto& cfg = tiny_->model->config();
   const KvShape shape{int(cfg.n_layers), int(cfg.n_kv_heads), int(cfg.head_dim)};
   o.engine.kv_budget = KvCache::bytes_needed(shape, o.engine.kv, 200, o.engine.batch);
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   auto c = kvtax::testing::client(s.port());
   const int cap = json::parse(c->Get("/v1/models")->body)["data"][0]["meta"]["n_ctx"];
   ASSERT_GE(cap, 200);
@@ -112,11 +89,11 @@ TEST_F(ServeBatching, KvBudgetAdmitsOnlyWhatFits) {
   // Three requests of which no two fit together: they wait in the queue and run one after another.
   std::vector<json> bodies;
   for (int i = 0; i < 3; ++i) {
-    const int n_prompt = int(model_->tokenizer().encode(kPrompts[size_t(i)], true, false).size());
+    const int n_prompt = int(tiny_->model->tokenizer().encode(kMixedPrompts[size_t(i)], true, false).size());
     const int n_new = cap - n_prompt - 8;
     ASSERT_GT(n_new, cap / 2);
     ASSERT_GT(2 * KvCache::bytes_needed(shape, o.engine.kv, size_t(cap - 8), o.engine.batch), o.engine.kv_budget);
-    bodies.push_back(completion(kPrompts[size_t(i)], n_new));
+    bodies.push_back(completion(kMixedPrompts[size_t(i)], n_new));
   }
   std::atomic<bool> done{false};
   std::atomic<double> most_running{0}, most_admitted{0};
@@ -147,7 +124,7 @@ TEST_F(ServeBatching, KvBudgetAdmitsOnlyWhatFits) {
 TEST_F(ServeBatching, NonStreamedClientThatLeavesIsCancelled) {
   auto o = options("q8");
   o.engine.max_context = 8192;
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   auto c = kvtax::testing::client(s.port());
   const std::string body = completion("Tell a long story.", 8000).dump();
   const std::string http = "POST /v1/completions HTTP/1.1\r\nHost: 127.0.0.1\r\nContent-Type: application/json\r\n"

@@ -123,38 +123,17 @@ class FakeBackend : public DeviceBackend {
 
 class ServeDevice : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    path_ = kvtax::testing::make_tiny_model("serve-device", 1024);  // why 1024: serve_test_util.h
-    model_ = Model::load(path_).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    std::filesystem::remove(path_);
-  }
+  static void SetUpTestSuite() { tiny_ = new kvtax::testing::TinyModel("serve-device", 1024); }  // 1024: serve_test_util.h
+  static void TearDownTestSuite() { delete tiny_; }
   static serve::ServerOptions options(bool prefix_cache = false) {
-    serve::ServerOptions o;
-    o.engine.kv = parse_kv_spec("f16");
-    o.engine.max_context = 1024;
-    o.engine.batch = 64;
-    o.engine.threads = 2;
-    o.engine.parallel = 4;
-    o.engine.queue_limit = 16;
-    o.engine.prefix_cache = prefix_cache;
-    return o;
+    return kvtax::testing::server_options("f16", prefix_cache);
   }
-  static inline std::string path_;
-  static inline Model* model_ = nullptr;
+  static inline kvtax::testing::TinyModel* tiny_ = nullptr;
 };
 
 using kvtax::testing::completion;
+using kvtax::testing::kMixedPrompts;
 using kvtax::testing::post_together;
-
-const std::vector<std::string> kPrompts = {
-    "The keeper counts the lamps twice a night.",
-    "Vault Aurora holds the code QX-4471; vault Borealis holds JM-2208.",
-    "Once",
-    "A ledger bound in green leather lies open on the desk.",
-};
 
 }  // namespace
 
@@ -162,10 +141,10 @@ TEST_F(ServeDevice, ConcurrentRequestsGiveTheCpuServersTexts) {
   std::vector<json> bodies;
   std::vector<std::string> cpu;
   {
-    kvtax::testing::TestServer s(*model_, options());
+    kvtax::testing::TestServer s(*tiny_->model, options());
     auto c = kvtax::testing::client(s.port());
-    for (size_t i = 0; i < kPrompts.size(); ++i) {
-      bodies.push_back(completion(kPrompts[i], 40 + 8 * int(i)));
+    for (size_t i = 0; i < kMixedPrompts.size(); ++i) {
+      bodies.push_back(completion(kMixedPrompts[i], 40 + 8 * int(i)));
       auto r = c->Post("/v1/completions", bodies.back().dump(), "application/json");
       ASSERT_TRUE(r);
       ASSERT_EQ(r->status, 200) << r->body;
@@ -173,15 +152,15 @@ TEST_F(ServeDevice, ConcurrentRequestsGiveTheCpuServersTexts) {
     }
   }
   FakeState st;
-  FakeBackend dev(*model_, st);
+  FakeBackend dev(*tiny_->model, st);
   auto o = options();
   o.device = &dev;
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   EXPECT_EQ(st.decoders, 4);  // one decoder per sequence, made and prepared at start
   EXPECT_EQ(st.prepared, 4);
   const auto together = post_together(s.port(), bodies);
-  for (size_t i = 0; i < kPrompts.size(); ++i) {
-    SCOPED_TRACE(kPrompts[i]);
+  for (size_t i = 0; i < kMixedPrompts.size(); ++i) {
+    SCOPED_TRACE(kMixedPrompts[i]);
     ASSERT_FALSE(together[i].empty());
     const json a = json::parse(cpu[i]), t = json::parse(together[i]);
     EXPECT_EQ(t["choices"][0]["text"], a["choices"][0]["text"]);
@@ -199,11 +178,11 @@ TEST_F(ServeDevice, ConcurrentRequestsGiveTheCpuServersTexts) {
 
 TEST_F(ServeDevice, KvPoolAdmitsOnlyWhatFits) {
   FakeState st;
-  FakeBackend dev(*model_, st);
+  FakeBackend dev(*tiny_->model, st);
   auto o = options();
   o.device = &dev;
   o.engine.kv_budget = dev.kv_bytes_for(o.engine.kv, 200);
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   auto c = kvtax::testing::client(s.port());
   const int cap = json::parse(c->Get("/v1/models")->body)["data"][0]["meta"]["n_ctx"];
   ASSERT_EQ(cap, 208);  // 200 tokens rounded up to whole pages of 16
@@ -215,8 +194,8 @@ TEST_F(ServeDevice, KvPoolAdmitsOnlyWhatFits) {
   // fake decoder fails the request if its pages ran out, so overlap would show as an error).
   std::vector<json> bodies;
   for (int i = 0; i < 3; ++i) {
-    const int n_prompt = int(model_->tokenizer().encode(kPrompts[size_t(i)], true, false).size());
-    bodies.push_back(completion(kPrompts[size_t(i)], cap - n_prompt - 8));
+    const int n_prompt = int(tiny_->model->tokenizer().encode(kMixedPrompts[size_t(i)], true, false).size());
+    bodies.push_back(completion(kMixedPrompts[size_t(i)], cap - n_prompt - 8));
   }
   std::atomic<bool> done{false};
   std::atomic<double> most_running{0};
@@ -243,11 +222,11 @@ TEST_F(ServeDevice, KvPoolAdmitsOnlyWhatFits) {
 
 TEST_F(ServeDevice, PrefixCacheKeepsTheDecodersPages) {
   FakeState st;
-  FakeBackend dev(*model_, st);
+  FakeBackend dev(*tiny_->model, st);
   auto o = options(/*prefix_cache=*/true);
   o.device = &dev;
   o.engine.parallel = 1;  // one decoder: the second request must find the first one's tokens in it
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   auto c = kvtax::testing::client(s.port());
   const std::string shared = "Vault Aurora holds the code QX-4471; vault Borealis holds JM-2208. ";
   auto a = c->Post("/v1/completions", completion(shared + "Aurora?", 6).dump(), "application/json");
@@ -268,10 +247,10 @@ TEST_F(ServeDevice, PrefixCacheKeepsTheDecodersPages) {
 
 TEST_F(ServeDevice, DeviceOutOfMemoryIs503AndFreesKv) {
   FakeState st;
-  FakeBackend dev(*model_, st);
+  FakeBackend dev(*tiny_->model, st);
   auto o = options();
   o.device = &dev;
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   auto c = kvtax::testing::client(s.port());
   st.oom_at_eval = st.evals + 3;  // during the request's decode
   auto r = c->Post("/v1/completions", completion("Once", 20).dump(), "application/json");
@@ -290,11 +269,11 @@ TEST_F(ServeDevice, DeviceOutOfMemoryIs503AndFreesKv) {
 
 TEST_F(ServeDevice, StreamedClientThatLeavesIsCancelled) {
   FakeState st;
-  FakeBackend dev(*model_, st);
+  FakeBackend dev(*tiny_->model, st);
   auto o = options();
   o.device = &dev;
   o.engine.max_context = 4096;
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   {
     auto c = kvtax::testing::client(s.port());
     httplib::Request req;
@@ -327,26 +306,26 @@ TEST_F(ServeDevice, StreamedClientThatLeavesIsCancelled) {
 
 TEST_F(ServeDevice, StartupSaysWhatTheKvHoldsAndRefusesWhatDoesNotFit) {
   FakeState st;
-  FakeBackend dev(*model_, st);
+  FakeBackend dev(*tiny_->model, st);
   auto o = options();
   o.device = &dev;
   o.host = "127.0.0.1";
   o.port = 0;
   o.model_name = "tiny";
   {
-    serve::Server server(*model_, o);
+    serve::Server server(*tiny_->model, o);
     const std::string d = server.engine_description();
     EXPECT_NE(d.find("KV cache: 4096 tokens in "), std::string::npos) << d;  // 4 sequences of 1024
     EXPECT_NE(d.find("one after another"), std::string::npos) << d;
   }
   st.oom_pool_above = 1000;
   try {
-    serve::Server server(*model_, o);
+    serve::Server server(*tiny_->model, o);
     ADD_FAILURE() << "a KV pool the device cannot hold was accepted";
   } catch (const DeviceOutOfMemory& e) {
     EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
   }
   st.oom_pool_above = SIZE_MAX;
   o.engine.kv_budget = 10;  // not one page
-  EXPECT_THROW(serve::Server(*model_, o), Error);
+  EXPECT_THROW(serve::Server(*tiny_->model, o), Error);
 }

@@ -22,27 +22,14 @@ namespace {
 
 class Serve : public ::testing::Test {
  protected:
-  static void SetUpTestSuite() {
-    path_ = kvtax::testing::make_tiny_model("serve");
-    model_ = Model::load(path_).release();
-  }
-  static void TearDownTestSuite() {
-    delete model_;
-    std::filesystem::remove(path_);
-  }
+  static void SetUpTestSuite() { tiny_ = new kvtax::testing::TinyModel("serve"); }
+  static void TearDownTestSuite() { delete tiny_; }
   static serve::ServerOptions options(bool prefix_cache = true) {
-    serve::ServerOptions o;
+    serve::ServerOptions o = kvtax::testing::server_options("q8", prefix_cache);
     o.max_body_bytes = 64 << 10;
-    o.engine.kv = parse_kv_spec("q8");
-    o.engine.max_context = 1024;
-    o.engine.batch = 64;
-    o.engine.threads = 2;
-    o.engine.queue_limit = 16;
-    o.engine.prefix_cache = prefix_cache;
     return o;
   }
-  static inline std::string path_;
-  static inline Model* model_ = nullptr;
+  static inline kvtax::testing::TinyModel* tiny_ = nullptr;
 };
 
 json chat_body(const std::string& content, int max_tokens, bool stream) {
@@ -59,7 +46,7 @@ const std::string kShared =
 }  // namespace
 
 TEST_F(Serve, WholeAndStreamedShapes) {
-  kvtax::testing::TestServer s(*model_, options());
+  kvtax::testing::TestServer s(*tiny_->model, options());
   auto cp = kvtax::testing::client(s.port());
   auto& c = *cp;
   auto h = c.Get("/health");
@@ -111,7 +98,7 @@ TEST_F(Serve, WholeAndStreamedShapes) {
 }
 
 TEST_F(Serve, PrefixCacheReportsCachedTokens) {
-  kvtax::testing::TestServer s(*model_, options());
+  kvtax::testing::TestServer s(*tiny_->model, options());
   auto cp = kvtax::testing::client(s.port());
   auto& c = *cp;
   auto a = c.Post("/v1/chat/completions", chat_body(kShared + "Summarise.", 4, false).dump(), "application/json");
@@ -134,7 +121,7 @@ TEST_F(Serve, PrefixCacheReportsCachedTokens) {
 }
 
 TEST_F(Serve, BadRequestsGetJsonErrors) {
-  kvtax::testing::TestServer s(*model_, options());
+  kvtax::testing::TestServer s(*tiny_->model, options());
   auto cp = kvtax::testing::client(s.port());
   auto& c = *cp;
   const auto post = [&](const std::string& path, const std::string& body) {
@@ -177,7 +164,7 @@ TEST_F(Serve, BadRequestsGetJsonErrors) {
 }
 
 TEST_F(Serve, DisconnectCancelsAndFreesKv) {
-  kvtax::testing::TestServer s(*model_, options(/*prefix_cache=*/false));
+  kvtax::testing::TestServer s(*tiny_->model, options(/*prefix_cache=*/false));
   {
     auto cp = kvtax::testing::client(s.port());
     auto& c = *cp;
@@ -210,7 +197,7 @@ TEST_F(Serve, DisconnectCancelsAndFreesKv) {
 }
 
 TEST_F(Serve, ConcurrentStreamsAllFinishAndKvIsReleased) {
-  kvtax::testing::TestServer s(*model_, options(/*prefix_cache=*/false));
+  kvtax::testing::TestServer s(*tiny_->model, options(/*prefix_cache=*/false));
   constexpr int kStreams = 8;
   std::atomic<int> ok{0};
   std::vector<std::thread> ts;
@@ -238,7 +225,7 @@ TEST_F(Serve, QueueLimitGives429) {
   auto o = options(false);
   o.engine.queue_limit = 1;
   o.engine.parallel = 1;  // one running, one waiting: the rest of a burst of six is refused
-  kvtax::testing::TestServer s(*model_, o);
+  kvtax::testing::TestServer s(*tiny_->model, o);
   std::atomic<int> n200{0}, n429{0};
   std::vector<std::thread> ts;
   for (int i = 0; i < 6; ++i)
@@ -256,8 +243,8 @@ TEST_F(Serve, QueueLimitGives429) {
 }
 
 TEST_F(Serve, HarnessSweepOverHttp) {
-  kvtax::testing::TestServer s(*model_, options());
-  harness::HttpRunner runner("http://127.0.0.1:" + std::to_string(s.port()) + "/v1", "tiny", path_);
+  kvtax::testing::TestServer s(*tiny_->model, options());
+  harness::HttpRunner runner("http://127.0.0.1:" + std::to_string(s.port()) + "/v1", "tiny", tiny_->path);
   harness::SweepOptions o;
   o.arms = harness::parse_arms({"q8"});
   o.lengths = {400};

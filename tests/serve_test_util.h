@@ -1,20 +1,20 @@
 #pragma once
 // An in-process `kvtax serve` on a generated tiny model and 127.0.0.1:<free port>, for the server tests.
-#include <filesystem>
-#include <memory>
-#include <string>
-#include <chrono>
-#include <thread>
-
 #include <unistd.h>
 
 #include <barrier>
+#include <chrono>
+#include <filesystem>
+#include <memory>
 #include <regex>
+#include <string>
+#include <thread>
 #include <vector>
 
 #include <nlohmann/json.hpp>
 
 #include "model/make_model.h"
+#include "kv/cache.h"
 #include "model/model.h"
 #include "serve/http_lib.h"
 #include "serve/server.h"
@@ -38,6 +38,40 @@ inline std::string make_tiny_model(const std::string& tag, uint32_t d_ff = 0) {
   make_model(o);
   return path;
 }
+
+// A generated tiny model, loaded once for a test suite; its file goes with it.
+struct TinyModel {
+  explicit TinyModel(const std::string& tag, uint32_t d_ff = 0)
+      : path(make_tiny_model(tag, d_ff)), model(Model::load(path)) {}
+  ~TinyModel() {
+    model.reset();
+    std::filesystem::remove(path);
+  }
+  std::string path;
+  std::unique_ptr<Model> model;
+};
+
+// The engine settings the server suites share: a 1024-token context, 64-token steps, 2 threads, 4
+// sequences at once, 16 waiting requests.
+inline serve::ServerOptions server_options(const std::string& kv, bool prefix_cache) {
+  serve::ServerOptions o;
+  o.engine.kv = parse_kv_spec(kv);
+  o.engine.max_context = 1024;
+  o.engine.batch = 64;
+  o.engine.threads = 2;
+  o.engine.parallel = 4;
+  o.engine.queue_limit = 16;
+  o.engine.prefix_cache = prefix_cache;
+  return o;
+}
+
+// Prompts of a few lengths (1 to ~25 tokens) for the concurrency tests.
+inline const std::vector<std::string> kMixedPrompts = {
+    "The keeper counts the lamps twice a night.",
+    "Vault Aurora holds the code QX-4471; vault Borealis holds JM-2208.",
+    "Once",
+    "A ledger bound in green leather lies open on the desk, every page filled with numbers in a narrow hand.",
+};
 
 // A client for the test server. cpp-httplib 0.11's default read and write timeouts are 5 s: a test machine
 // busy with other work (ctest -j, builds, SCHED_IDLE) can stall a request that long, and the request then

@@ -5,7 +5,6 @@
 
 #include <unistd.h>
 
-#include <barrier>
 #include <filesystem>
 #include <thread>
 
@@ -47,12 +46,7 @@ class CudaServe : public ::testing::Test {
     if (!path_.empty()) std::filesystem::remove(path_);
   }
   static serve::ServerOptions options(const char* kv, bool prefix_cache) {
-    serve::ServerOptions o;
-    o.engine.kv = parse_kv_spec(kv);
-    o.engine.max_context = 1024;
-    o.engine.batch = 64;
-    o.engine.parallel = 4;
-    o.engine.prefix_cache = prefix_cache;
+    serve::ServerOptions o = kvtax::testing::server_options(kv, prefix_cache);
     o.device = backend_;
     return o;
   }
@@ -76,7 +70,7 @@ TEST_F(CudaServe, ConcurrentRequestsGiveTheirLoneTexts) {
     kvtax::testing::TestServer s(*model_, options(kv, false));
     auto c = kvtax::testing::client(s.port());
     std::vector<json> bodies;
-    std::vector<std::string> alone(kPrompts.size()), together(kPrompts.size());
+    std::vector<std::string> alone(kPrompts.size());
     for (size_t i = 0; i < kPrompts.size(); ++i) {
       bodies.push_back(completion(kPrompts[i], 60 + 10 * int(i)));
       auto r = c->Post("/v1/completions", bodies.back().dump(), "application/json");
@@ -84,16 +78,7 @@ TEST_F(CudaServe, ConcurrentRequestsGiveTheirLoneTexts) {
       ASSERT_EQ(r->status, 200) << r->body;
       alone[i] = r->body;
     }
-    std::barrier go(std::ptrdiff_t(bodies.size()));
-    std::vector<std::thread> ts;
-    for (size_t i = 0; i < bodies.size(); ++i)
-      ts.emplace_back([&, i] {
-        auto cc = kvtax::testing::client(s.port());
-        go.arrive_and_wait();
-        auto r = cc->Post("/v1/completions", bodies[i].dump(), "application/json");
-        if (r && r->status == 200) together[i] = r->body;
-      });
-    for (auto& t : ts) t.join();
+    const std::vector<std::string> together = kvtax::testing::post_together(s.port(), bodies);
     for (size_t i = 0; i < kPrompts.size(); ++i) {
       ASSERT_FALSE(together[i].empty()) << kPrompts[i];
       EXPECT_EQ(json::parse(together[i])["choices"][0]["text"], json::parse(alone[i])["choices"][0]["text"]);
