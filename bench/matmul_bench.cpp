@@ -2,7 +2,6 @@
 // bandwidth measured by BM_ReadBandwidth in the same run) and 512-token prefill as GFLOP/s.
 // Weights rotate over enough copies to exceed the last-level cache, so decode reads come from DRAM.
 #include <benchmark/benchmark.h>
-#include <immintrin.h>
 
 #include <chrono>
 #include <cstring>
@@ -14,6 +13,7 @@
 #include "core/thread_pool.h"
 #include "ggml/quants.h"
 #include "ops/cpu/matmul.h"
+#include "read_bandwidth.h"
 
 using namespace kvtax;
 
@@ -54,26 +54,6 @@ ThreadPool& pool(int n) {
   return *p;
 }
 
-__attribute__((target("avx2"))) uint64_t read_sum_avx2(const uint8_t* p, size_t n) {
-  __m256i a0 = _mm256_setzero_si256(), a1 = a0, a2 = a0, a3 = a0;
-  for (size_t i = 0; i + 128 <= n; i += 128) {
-    a0 = _mm256_add_epi64(a0, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i)));
-    a1 = _mm256_add_epi64(a1, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 32)));
-    a2 = _mm256_add_epi64(a2, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 64)));
-    a3 = _mm256_add_epi64(a3, _mm256_load_si256(reinterpret_cast<const __m256i*>(p + i + 96)));
-  }
-  const __m256i s = _mm256_add_epi64(_mm256_add_epi64(a0, a1), _mm256_add_epi64(a2, a3));
-  return uint64_t(_mm256_extract_epi64(s, 0) + _mm256_extract_epi64(s, 1) + _mm256_extract_epi64(s, 2) +
-                  _mm256_extract_epi64(s, 3));
-}
-
-uint64_t read_sum_scalar(const uint8_t* p, size_t n) {
-  uint64_t s0 = 0, s1 = 0, s2 = 0, s3 = 0;
-  const auto* q = reinterpret_cast<const uint64_t*>(p);
-  for (size_t i = 0; i + 4 <= n / 8; i += 4) s0 += q[i], s1 += q[i + 1], s2 += q[i + 2], s3 += q[i + 3];
-  return s0 + s1 + s2 + s3;
-}
-
 const uint8_t* read_buffer() {
   static const Buffer buf = [] {
     Buffer b = alloc(kRotateBytes);
@@ -88,7 +68,7 @@ void read_pass(ThreadPool& p, std::vector<uint64_t>& sink) {
   p.run([&](int tid, int n) {
     const size_t chunk = kRotateBytes / size_t(n) / 128 * 128;
     const uint8_t* base = read_buffer() + chunk * size_t(tid);
-    sink[size_t(tid)] += cpu().avx2 ? read_sum_avx2(base, chunk) : read_sum_scalar(base, chunk);
+    sink[size_t(tid)] += cpu().avx2 ? bench::read_sum_avx2(base, chunk) : bench::read_sum_scalar(base, chunk);
   });
   benchmark::DoNotOptimize(sink.data());
 }
