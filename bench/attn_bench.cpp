@@ -15,6 +15,7 @@
 #include <vector>
 
 #include "attn/cpu/attention.h"
+#include "bench_util.h"
 #include "core/cpu.h"
 #include "core/thread_pool.h"
 #include "core/timer.h"
@@ -25,17 +26,7 @@ using namespace kvtax;
 
 namespace {
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    size_t b = s.find(',', a);
-    if (b == std::string::npos) b = s.size();
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
-}
+using kvtax_bench::split;
 
 // FMA lanes per second of all threads: 10 independent chains of 8-lane FMAs per thread, best of 3.
 __attribute__((target("avx2,fma"))) double fma_lanes_per_thread(int64_t iters) {

@@ -13,7 +13,7 @@ SHAPES=${3:-32/8,32/32}
 B=$PEERS/llama.cpp/build
 [ -d "$B/ggml/src" ] || { echo "llama.cpp is not built: run tools/peers/build_llama.sh" >&2; exit 1; }
 PEER=$PEERS/ggml_attn
-if [ ! -x "$PEER" ] || [ "$ROOT/bench/peers/ggml_attn.cpp" -nt "$PEER" ]; then
+if [ ! -x "$PEER" ] || [ "$ROOT/bench/peers/ggml_attn.cpp" -nt "$PEER" ] || [ "$ROOT/bench/bench_util.h" -nt "$PEER" ]; then
   LIBS=$(find "$B/ggml/src" -name '*.a' | sort -r | tr '\n' ' ')
   g++ -O2 -std=c++17 -I "$PEERS/llama.cpp/ggml/include" "$ROOT/bench/peers/ggml_attn.cpp" \
     -Wl,--start-group $LIBS -Wl,--end-group -fopenmp -lpthread -ldl -o "$PEER"

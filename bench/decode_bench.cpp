@@ -19,6 +19,7 @@
 #include <nlohmann/json.hpp>
 
 #include "attn/cpu/attention.h"
+#include "bench_util.h"
 #include "core/cpu.h"
 #include "core/error.h"
 #include "core/memory.h"
@@ -32,6 +33,8 @@
 using namespace kvtax;
 
 namespace {
+
+using kvtax_bench::status_bytes;
 
 struct Options {
   std::string model, kv = "f16";
@@ -75,18 +78,6 @@ Options parse(int argc, char** argv) {
   }
   if (o.model.empty()) usage("-m FILE is required");
   return o;
-}
-
-// Resident pages by kind (/proc/self/status): RssFile = mapped weights (and the binary), RssAnon = heap.
-size_t status_bytes(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  size_t kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, key, std::strlen(key)) == 0) std::sscanf(line + std::strlen(key), " %zu", &kib);
-  std::fclose(f);
-  return kib * 1024;
 }
 
 std::vector<int32_t> random_tokens(int n, uint32_t n_vocab, uint32_t seed) {

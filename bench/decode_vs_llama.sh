@@ -51,7 +51,7 @@ touch "$RESULTS"
 need_tools() {
   [ -x "$KVTAX" ] && [ -x "$BENCH" ] || { echo "build first: cmake --build --preset release" >&2; exit 1; }
   [ -x "$QUANT" ] && [ -x "$LLAMA_BENCH" ] && [ -d "$B/src" ] || { echo "llama.cpp is not built: run tools/peers/build_llama.sh" >&2; exit 1; }
-  if [ ! -x "$PEER" ] || [ "$ROOT/bench/peers/llama_decode.cpp" -nt "$PEER" ]; then
+  if [ ! -x "$PEER" ] || [ "$ROOT/bench/peers/llama_decode.cpp" -nt "$PEER" ] || [ "$ROOT/bench/bench_util.h" -nt "$PEER" ]; then
     echo "building $PEER" >&2
     LIBS=$(find "$B/src" "$B/ggml/src" -name '*.a' | sort -r | tr '\n' ' ')
     g++ -O2 -std=c++17 -I "$PEERS/llama.cpp/include" -I "$PEERS/llama.cpp/ggml/include" \

@@ -21,8 +21,11 @@
 #include <vector>
 
 #include "llama.h"
+#include "../bench_util.h"
 
 namespace {
+
+using kvtax_bench::status_bytes;
 
 [[noreturn]] void die(const std::string& msg) {
   std::fprintf(stderr, "llama_decode: %s\n", msg.c_str());
@@ -36,17 +39,6 @@ ggml_type type_of(const std::string& s) {
   if (s == "q8_0") return GGML_TYPE_Q8_0;
   if (s == "q4_0") return GGML_TYPE_Q4_0;
   die("unknown cache type '" + s + "' (f16, q8_0, q4_0)");
-}
-
-size_t status_bytes(const char* key) {
-  FILE* f = std::fopen("/proc/self/status", "r");
-  if (!f) return 0;
-  char line[256];
-  size_t kib = 0;
-  while (std::fgets(line, sizeof line, f))
-    if (std::strncmp(line, key, std::strlen(key)) == 0) std::sscanf(line + std::strlen(key), " %zu", &kib);
-  std::fclose(f);
-  return kib * 1024;
 }
 
 // Resets VmHWM so the peak covers the timed part only (the state buffers are gone by then).
