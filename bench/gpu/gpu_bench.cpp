@@ -156,6 +156,18 @@ void bench_gemv(double copy_gbs, std::vector<Row>& rows) {
         }
         cuda::set_gemv_rows_per_warp(0);
       }
+      {
+        // As the decode step runs it (cuda/gemv.h's fusions): quantized types with x's codes already in the
+        // scratch (the norm wrote them), float types with the SwiGLU pairs epilogue (rows/2 outputs).
+        const bool q = cuda::gemv_quantizes_x(t);
+        if (q) cuda::gemv(*ws[0], xd.as<float>(), y.as<float>(), scratch.get());  // the codes, once
+        const cuda::GemvFusion f{nullptr, q, !q};
+        const double fms = time_calls(
+            [&](int i) { cuda::gemv(*ws[i % copies], xd.as<float>(), y.as<float>(), scratch.get(), nullptr, f); }, 50);
+        const double fg = bytes / (fms * 1e-3) / 1e9;
+        rows.push_back({q ? "gemv-xready" : "gemv-swiglu", std::string(ggml_type_name(t)), s.rows * 100000 + s.cols,
+                        fms * 1e3, bytes, fg, 100.0 * fg / copy_gbs});
+      }
 #if KVTAX_HAVE_CUBLAS
       if (blas && (t == GgmlType::F16 || t == GgmlType::BF16)) {
         // cuBLAS on the same weights (x converted to the weight type: GemmEx needs equal A/B types).

@@ -257,17 +257,29 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   const int* pos = io_.as<int32_t>() + kMaxBatch + t;
   const int* len = io_.as<int32_t>() + 2 * kMaxBatch + t;
 
+  // The residual add and the norm before a GEMV; when that GEMV quantizes x, the norm also writes x's int8
+  // codes into the GEMV scratch, and the GEMV skips its own pass over x.
+  auto add_norm = [&](const float* y, const float* norm, const DeviceWeight* next) {
+    const bool codes = next && gemv_quantizes_x(next->type());
+    check(ops::add_rmsnorm(x, y, norm, xb, d, eps, s, codes ? detail::gemv_quant_x(gs, d) : detail::QuantX{}),
+          "residual + norm");
+  };
+  auto gemv_xb = [&](const DeviceWeight& w, float* out) {
+    gemv(w, xb, out, gs, s, GemvFusion{nullptr, gemv_quantizes_x(w.type())});
+  };
+
   const DeviceWeight& E = b_.embedding();
   check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
-  check(ops::rmsnorm(x, b_.layers()[0].attn_norm.as<float>(), xb, 1, d, eps, s), "rmsnorm");
+  const auto& layers = b_.layers();
+  add_norm(nullptr, layers[0].attn_norm.as<float>(), layers[0].wqkv ? layers[0].wqkv.get() : layers[0].wq.get());
   for (int l = 0; l < L; ++l) {
-    const CudaBackend::Layer& w = b_.layers()[size_t(l)];
+    const CudaBackend::Layer& w = layers[size_t(l)];
     if (w.wqkv) {
-      gemv(*w.wqkv, xb, q, gs, s);
+      gemv_xb(*w.wqkv, q);
     } else {
-      gemv(*w.wq, xb, q, gs, s);
-      gemv(*w.wk, xb, k, gs, s);
-      gemv(*w.wv, xb, v, gs, s);
+      gemv_xb(*w.wq, q);
+      gemv_xb(*w.wk, k);
+      gemv_xb(*w.wv, v);
     }
     if (w.bq.get()) {
       check(ops::add(q, w.bq.as<float>(), int64_t(nh) * hd, s), "bias");
@@ -282,23 +294,37 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     encode_kv(target(l), k, v, 1, 0, s, pos);
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s);
     gemv(*w.wo, att, xb2, gs, s);
-    check(ops::add_rmsnorm(x, xb2, w.ffn_norm.as<float>(), xb, d, eps, s), "residual + norm");
-    if (w.gate_up) {
-      gemv(*w.gate_up, xb, gate, gs, s);
+    add_norm(xb2, w.ffn_norm.as<float>(), w.gate_up ? w.gate_up.get() : w.gate.get());
+    // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
+    // take it in their pass over x; otherwise a kernel of its own.
+    const bool down_q = gemv_quantizes_x(w.down->type());
+    if (w.gate_up && !gemv_quantizes_x(w.gate_up->type())) {
+      gemv(*w.gate_up, xb, gate, gs, s, GemvFusion{nullptr, false, true});
+      gemv(*w.down, gate, xb2, gs, s);
     } else {
-      gemv(*w.gate, xb, gate, gs, s);
-      gemv(*w.up, xb, up, gs, s);
+      if (w.gate_up) {
+        gemv_xb(*w.gate_up, gate);
+      } else {
+        gemv_xb(*w.gate, gate);
+        gemv_xb(*w.up, up);
+      }
+      if (down_q) {
+        gemv(*w.down, gate, xb2, gs, s, GemvFusion{up});
+      } else {
+        check(ops::silu_mul(gate, up, ff, s), "silu");
+        gemv(*w.down, gate, xb2, gs, s);
+      }
     }
-    check(ops::silu_mul(gate, up, ff, s), "silu");
-    gemv(*w.down, gate, xb2, gs, s);
     // The residual add and the next norm (the next layer's, or the output norm); after the last layer the
     // residual stream matters only for logits.
-    if (l + 1 < L)
-      check(ops::add_rmsnorm(x, xb2, b_.layers()[size_t(l + 1)].attn_norm.as<float>(), xb, d, eps, s), "residual");
-    else if (logits)
-      check(ops::add_rmsnorm(x, xb2, b_.output_norm(), xb, d, eps, s), "residual");
+    if (l + 1 < L) {
+      const CudaBackend::Layer& n = layers[size_t(l + 1)];
+      add_norm(xb2, n.attn_norm.as<float>(), n.wqkv ? n.wqkv.get() : n.wq.get());
+    } else if (logits) {
+      add_norm(xb2, b_.output_norm(), &b_.output());
+    }
   }
-  if (logits) gemv(b_.output(), xb, logits_.as<float>(), gs, s);
+  if (logits) gemv_xb(b_.output(), logits_.as<float>());
 }
 
 void CudaDecoder::ensure_prefill_buffers() {

@@ -48,7 +48,17 @@ size_t gemv_scratch_bytes(int64_t cols) {
   return detail::gemv_scratch_layout(cols, &xd, &xs);
 }
 
-void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream) {
+bool gemv_quantizes_x(GgmlType t) { return detail::quantizes_x(t); }
+
+void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream,
+          const GemvFusion& fuse) {
+  const bool q = gemv_quantizes_x(w.type());
+  if ((fuse.x_mul || fuse.x_in_scratch) && !q)
+    fail("CUDA GEMV: {} weights multiply x as it is (no fused SwiGLU input or prequantized x)", ggml_type_name(w.type()));
+  if (fuse.silu_pairs && (q || w.rows() % 2 != 0))
+    fail("CUDA GEMV: SwiGLU pairs need float weights and an even number of rows ({} {} rows)",
+         ggml_type_name(w.type()), w.rows());
+  if (fuse.x_mul && fuse.x_in_scratch) fail("CUDA GEMV: x cannot be both in the scratch and multiplied");
   size_t xd, xs;
   detail::gemv_scratch_layout(w.cols(), &xd, &xs);
   uint8_t* s = static_cast<uint8_t*>(scratch);
@@ -56,13 +66,16 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
   a.type = w.type();
   a.w = w.data();
   a.row_bytes = w.row_bytes();
-  a.rows = int(w.rows());
+  a.rows = int(fuse.silu_pairs ? w.rows() / 2 : w.rows());
   a.cols = int(w.cols());
   a.x = x;
   a.xq = reinterpret_cast<int8_t*>(s);
   a.xd = reinterpret_cast<float*>(s + xd);
   a.xs = reinterpret_cast<float*>(s + xs);
   a.y = y;
+  a.x_mul = fuse.x_mul;
+  a.x_ready = fuse.x_in_scratch;
+  a.silu_pairs = fuse.silu_pairs;
   check(detail::launch_gemv(a, stream), "GEMV launch");
 }
 

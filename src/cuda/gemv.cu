@@ -4,6 +4,8 @@
 #include <cuda_runtime.h>
 
 #include "cuda/gemv_launch.h"
+#include "cuda/pdl.cuh"
+#include "cuda/quantize_x.cuh"
 #include "ggml/blocks.h"
 
 namespace kvtax::cuda::detail {
@@ -20,26 +22,17 @@ __device__ __forceinline__ float warp_sum(float v) {
 
 __device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 
-// x -> int8 codes per 32 values: d = max|x| / 127, q = round(x / d), and d * sum(q) for the min/offset
-// terms of Q4_0 and Q4_K. One warp per block of 32.
-__global__ void __launch_bounds__(256) quantize_x(const float* __restrict__ x, int cols, int8_t* __restrict__ xq,
-                                                  float* __restrict__ xd, float* __restrict__ xs) {
+// x -> int8 codes per 32 values (quantize_x.cuh); with u, the codes of silu(x) * u (the FFN's down
+// projection takes its input straight from gate|up). One warp per block of 32.
+__global__ void __launch_bounds__(256) quantize_x(const float* __restrict__ x, const float* __restrict__ u, int cols,
+                                                  int8_t* __restrict__ xq, float* __restrict__ xd,
+                                                  float* __restrict__ xs) {
+  pdl_wait();
+  pdl_trigger();  // every block is resident: the GEMV's blocks may start prefetching their weights
   const int i = blockIdx.x * 256 + threadIdx.x;
   if (i >= cols) return;  // cols is a multiple of 32: whole warps return together
-  const float v = x[i];
-  float amax = fabsf(v);
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) amax = fmaxf(amax, __shfl_xor_sync(0xffffffffu, amax, o));
-  const float d = amax / 127.0f;
-  const int q = d > 0.0f ? __float2int_rn(v / d) : 0;
-  xq[i] = int8_t(q);
-  int s = q;
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) s += __shfl_xor_sync(0xffffffffu, s, o);
-  if ((threadIdx.x & 31) == 0) {
-    xd[i / 32] = d;
-    xs[i / 32] = d * float(s);
-  }
+  const float v = u ? silu_mul(x[i], u[i]) : x[i];
+  quantize_x_block32(v, i & ~31, xq, xd, xs);
 }
 
 // The 8 int8 codes words of x block b (32-byte aligned).
@@ -63,47 +56,81 @@ __device__ __forceinline__ uint32_t load_block_u16_then(const uint8_t* blk, uint
   return off ? (w[0] >> 16) : (w[0] & 0xffff);
 }
 
+// One dot product of a 16-byte chunk of weights (8 halves or 4 floats) with x[c..].
 template <GgmlType T>
+__device__ __forceinline__ float chunk_dot(const uint4 w, const float* x, int c, float acc) {
+  const float4 x0 = __ldg(reinterpret_cast<const float4*>(x + c));
+  if constexpr (T == GgmlType::F32) {
+    acc = fmaf(__uint_as_float(w.x), x0.x, acc);
+    acc = fmaf(__uint_as_float(w.y), x0.y, acc);
+    acc = fmaf(__uint_as_float(w.z), x0.z, acc);
+    acc = fmaf(__uint_as_float(w.w), x0.w, acc);
+  } else {
+    const float4 x1 = __ldg(reinterpret_cast<const float4*>(x + c + 4));
+    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+    const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+#pragma unroll
+    for (int k = 0; k < 4; ++k) {
+      float lo, hi;
+      if constexpr (T == GgmlType::F16) {
+        lo = half_to_f32(ws[k] & 0xffff);
+        hi = half_to_f32(ws[k] >> 16);
+      } else {
+        lo = __uint_as_float(ws[k] << 16);
+        hi = __uint_as_float(ws[k] & 0xffff0000u);
+      }
+      acc = fmaf(lo, xs[2 * k], acc);
+      acc = fmaf(hi, xs[2 * k + 1], acc);
+    }
+  }
+  return acc;
+}
+
+// Float weights. PAIRS: output row r is silu(W_r x) * W_(r + rows) x (gate|up stacked, the FFN's SwiGLU in
+// the epilogue instead of a kernel of its own); both rows stream through one warp.
+template <GgmlType T, bool PAIRS>
 __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
   const int lane = threadIdx.x & 31, r = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
   if (r >= a.rows) return;
+  constexpr int kPerLoad = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte load
+  constexpr size_t kBytes = T == GgmlType::F32 ? 4 : 2;
   const uint8_t* row = a.w + size_t(r) * a.row_bytes;
-  float acc = 0.0f;
-  if constexpr (T == GgmlType::F16 || T == GgmlType::BF16 || T == GgmlType::F32) {
-    constexpr int kPerLoad = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte load
-#pragma unroll 4
-    for (int c = lane * kPerLoad; c < a.cols; c += 32 * kPerLoad) {
-      const uint4 w = __ldg(reinterpret_cast<const uint4*>(row + size_t(c) * (T == GgmlType::F32 ? 4 : 2)));
-      const float4 x0 = __ldg(reinterpret_cast<const float4*>(a.x + c));
-      if constexpr (T == GgmlType::F32) {
-        acc = fmaf(__uint_as_float(w.x), x0.x, acc);
-        acc = fmaf(__uint_as_float(w.y), x0.y, acc);
-        acc = fmaf(__uint_as_float(w.z), x0.z, acc);
-        acc = fmaf(__uint_as_float(w.w), x0.w, acc);
-      } else {
-        const float4 x1 = __ldg(reinterpret_cast<const float4*>(a.x + c + 4));
-        const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-        const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
+  const uint8_t* row2 = PAIRS ? row + size_t(a.rows) * a.row_bytes : row;
+  // The first chunks of the row(s) into L2 while the kernel before this one finishes (pdl.cuh).
 #pragma unroll
-        for (int k = 0; k < 4; ++k) {
-          float lo, hi;
-          if constexpr (T == GgmlType::F16) {
-            lo = half_to_f32(ws[k] & 0xffff);
-            hi = half_to_f32(ws[k] >> 16);
-          } else {
-            lo = __uint_as_float(ws[k] << 16);
-            hi = __uint_as_float(ws[k] & 0xffff0000u);
-          }
-          acc = fmaf(lo, xs[2 * k], acc);
-          acc = fmaf(hi, xs[2 * k + 1], acc);
-        }
-      }
+  for (int j = 0; j < 4; ++j) {
+    const size_t off = size_t(lane + 32 * j) * 16;
+    if (off < a.row_bytes) {
+      prefetch_l2(row + off);
+      if (PAIRS) prefetch_l2(row2 + off);
     }
   }
+  pdl_wait();
+  float acc = 0.0f, acc2 = 0.0f;
+#pragma unroll 4
+  for (int c = lane * kPerLoad; c < a.cols; c += 32 * kPerLoad) {
+    const uint4 w = __ldg(reinterpret_cast<const uint4*>(row + size_t(c) * kBytes));
+    if constexpr (PAIRS) {
+      const uint4 w2 = __ldg(reinterpret_cast<const uint4*>(row2 + size_t(c) * kBytes));
+      acc2 = chunk_dot<T>(w2, a.x, c, acc2);
+    }
+    acc = chunk_dot<T>(w, a.x, c, acc);
+  }
   acc = warp_sum(acc);
-  if (lane == 0) a.y[r] = acc;
+  if constexpr (PAIRS) {
+    acc2 = warp_sum(acc2);
+    if (lane == 0) a.y[r] = silu_mul(acc, acc2);
+  } else {
+    if (lane == 0) a.y[r] = acc;
+  }
 }
 
+template <GgmlType T>
+cudaError_t launch_float(const GemvArgs& a, cudaStream_t st) {
+  const int grid = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  return a.silu_pairs ? launch_pdl(gemv_kernel<T, true>, grid, kThreads, st, a)
+                      : launch_pdl(gemv_kernel<T, false>, grid, kThreads, st, a);
+}
 
 // Quantized types: R rows per warp, so each lane's int8 x codes (loaded once per block of the row) feed R
 // rows' dot products: with one row per warp the x loads were as many bytes as the weights.
@@ -114,6 +141,10 @@ __global__ void __launch_bounds__(kThreads) gemv_quant_kernel(GemvArgs a) {
   const uint8_t* rows[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) rows[i] = a.w + size_t(min(r0 + i, a.rows - 1)) * a.row_bytes;  // tail: re-read
+#pragma unroll
+  for (int i = 0; i < R; ++i)
+    for (size_t off = size_t(lane) * 32; off < min(a.row_bytes, size_t(2048)); off += 32 * 32) prefetch_l2(rows[i] + off);
+  pdl_wait();  // x's codes come from the kernel before this one
   float acc[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) acc[i] = 0.0f;
@@ -195,11 +226,10 @@ template <GgmlType T>
 cudaError_t launch_quant(const GemvArgs& a, int rows_per_warp, cudaStream_t st) {
   const int per_block = kRowsPerBlock * rows_per_warp, grid = (a.rows + per_block - 1) / per_block;
   switch (rows_per_warp) {
-    case 1: gemv_quant_kernel<T, 1><<<grid, kThreads, 0, st>>>(a); break;
-    case 2: gemv_quant_kernel<T, 2><<<grid, kThreads, 0, st>>>(a); break;
-    default: gemv_quant_kernel<T, 4><<<grid, kThreads, 0, st>>>(a); break;
+    case 1: return launch_pdl(gemv_quant_kernel<T, 1>, grid, kThreads, st, a);
+    case 2: return launch_pdl(gemv_quant_kernel<T, 2>, grid, kThreads, st, a);
+    default: return launch_pdl(gemv_quant_kernel<T, 4>, grid, kThreads, st, a);
   }
-  return cudaGetLastError();
 }
 
 int g_rows_per_warp = 0;  // 0: by shape
@@ -209,26 +239,29 @@ int g_rows_per_warp = 0;  // 0: by shape
 void set_gemv_rows_per_warp(int r) { g_rows_per_warp = r; }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
-  const bool quantized = a.type == GgmlType::Q8_0 || a.type == GgmlType::Q4_0 || a.type == GgmlType::Q4_K;
-  if (quantized) {
-    quantize_x<<<(a.cols + 255) / 256, 256, 0, st>>>(a.x, a.cols, a.xq, a.xd, a.xs);
-    if (cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
+  if (quantizes_x(a.type)) {
+    if (!a.x_ready) {
+      if (cudaError_t e = launch_pdl(quantize_x, (a.cols + 255) / 256, 256, st, a.x, a.x_mul, a.cols, a.xq, a.xd, a.xs);
+          e != cudaSuccess)
+        return e;
+    }
+  } else if (a.x_mul || a.x_ready) {
+    return cudaErrorInvalidValue;  // float weights multiply x as it is
   }
-  const int grid = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
+  if (a.silu_pairs && quantizes_x(a.type)) return cudaErrorInvalidValue;
   // Rows per warp for the quantized kernels: more rows reuse x more but leave fewer warps in flight. On the
   // H200 (2026-11-30, bench/gpu part a) 2 rows helped Q4_K on 14336x4096 (44 -> 51% of copy bandwidth) and 1
   // row was best for Q8_0 and Q4_0 (2 and 4 rows lost up to 20%).
   const int rpw = g_rows_per_warp > 0 ? g_rows_per_warp : (a.type == GgmlType::Q4_K ? 2 : 1);
   switch (a.type) {
-    case GgmlType::F32: gemv_kernel<GgmlType::F32><<<grid, kThreads, 0, st>>>(a); break;
-    case GgmlType::F16: gemv_kernel<GgmlType::F16><<<grid, kThreads, 0, st>>>(a); break;
-    case GgmlType::BF16: gemv_kernel<GgmlType::BF16><<<grid, kThreads, 0, st>>>(a); break;
+    case GgmlType::F32: return launch_float<GgmlType::F32>(a, st);
+    case GgmlType::F16: return launch_float<GgmlType::F16>(a, st);
+    case GgmlType::BF16: return launch_float<GgmlType::BF16>(a, st);
     case GgmlType::Q8_0: return launch_quant<GgmlType::Q8_0>(a, rpw, st);
     case GgmlType::Q4_0: return launch_quant<GgmlType::Q4_0>(a, rpw, st);
     case GgmlType::Q4_K: return launch_quant<GgmlType::Q4_K>(a, rpw, st);
     default: return cudaErrorInvalidValue;
   }
-  return cudaGetLastError();
 }
 
 }  // namespace kvtax::cuda::detail

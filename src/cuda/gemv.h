@@ -44,7 +44,22 @@ void set_gemv_rows_per_warp(int rows);
 
 // Device scratch for the quantized copy of x.
 size_t gemv_scratch_bytes(int64_t cols);
+// Q8_0, Q4_0 and Q4_K multiply an int8 copy of x that they make first (unless told it is in the scratch).
+bool gemv_quantizes_x(GgmlType t);
+
+// Work fused into a GEMV, so the decode step launches fewer kernels.
+struct GemvFusion {
+  // Quantized types: x := silu(x) * x_mul (the FFN's SwiGLU) as x is quantized.
+  const float* x_mul = nullptr;
+  // Quantized types: the scratch already holds x's int8 codes (ops::add_rmsnorm wrote them); x is not read.
+  bool x_in_scratch = false;
+  // Float types, an even number of rows (gate|up stacked): y[r] = silu(W_r x) * W_(r + rows/2) x for
+  // r < rows/2 (y has rows/2 values).
+  bool silu_pairs = false;
+};
+
 // x: device [cols] f32, y: device [rows] f32.
-void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream = nullptr);
+void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream = nullptr,
+          const GemvFusion& fuse = {});
 
 }  // namespace kvtax::cuda

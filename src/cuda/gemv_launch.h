@@ -21,12 +21,30 @@ struct GemvArgs {
   float* xd;    // [cols/32] scales
   float* xs;    // [cols/32] scale * sum of codes
   float* y;
+  const float* x_mul = nullptr;  // quantized types: multiply silu(x) * x_mul (the FFN's gate and up)
+  bool x_ready = false;          // quantized types: xq/xd/xs already hold x's codes (the fused norm wrote them)
+  bool silu_pairs = false;       // float types: y[r] = silu(W_r x) * W_(r + rows) x, r < rows
 };
+
+inline bool quantizes_x(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
 
 inline size_t gemv_scratch_layout(int64_t cols, size_t* xd_off, size_t* xs_off) {
   *xd_off = (size_t(cols) + 255) / 256 * 256;
   *xs_off = *xd_off + size_t(cols / 32) * 4;
   return *xs_off + size_t(cols / 32) * 4;
+}
+
+// Where a kernel other than the GEMV writes x's int8 codes (quantize_x.cuh) for a GEMV of `cols` columns.
+struct QuantX {
+  int8_t* xq = nullptr;
+  float* xd = nullptr;
+  float* xs = nullptr;
+};
+inline QuantX gemv_quant_x(void* scratch, int64_t cols) {
+  size_t xd, xs;
+  gemv_scratch_layout(cols, &xd, &xs);
+  uint8_t* s = static_cast<uint8_t*>(scratch);
+  return {reinterpret_cast<int8_t*>(s), reinterpret_cast<float*>(s + xd), reinterpret_cast<float*>(s + xs)};
 }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream);

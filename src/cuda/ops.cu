@@ -3,8 +3,12 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <algorithm>
+
 #include "cuda/ops.h"
 #include "cuda/dequant.cuh"
+#include "cuda/pdl.cuh"
+#include "cuda/quantize_x.cuh"
 #include "ggml/blocks.h"
 
 namespace kvtax::cuda::ops {
@@ -22,27 +26,63 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, const int32
 }
 
 // llama.cpp's rounding steps, as the CPU: float squares summed in double, a float mean, 1/sqrtf in float.
-// With y, x += y first (the residual add before the norm).
-__global__ void __launch_bounds__(kThreads) rmsnorm_kernel(float* x, const float* y, const float* w, float* out,
-                                                           int n, float eps) {
-  __shared__ double part[kThreads / 32];
+// With y, x += y first (the residual add before the norm). Each thread keeps its first K values in registers
+// and issues all their loads before the first use: one row of 4096 on one block was bound by the chain of
+// dependent loads when it walked the row twice (14 us on the H200, 2026-11-30). With q, the int8 codes of
+// out for the next quantized GEMV too (warp w holds 32 consecutive values, a whole block of the codes).
+template <int K>
+__global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y, const float* w, float* out, int n,
+                                                       float eps, detail::QuantX q) {
+  __shared__ double part[32];
+  detail::pdl_wait();
+  detail::pdl_trigger();  // the next GEMV's blocks may start streaming their weights (pdl.cuh)
+  const int T = blockDim.x;
   float* xr = x + size_t(blockIdx.x) * n;
+  float v[K];
   double ss = 0;
-  for (int i = threadIdx.x; i < n; i += kThreads) {
-    float v = xr[i];
-    if (y) xr[i] = v = v + y[i];
-    ss += double(__fmul_rn(v, v));
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = threadIdx.x + k * T;
+    v[k] = i < n ? xr[i] : 0.0f;
+    if (y && i < n) v[k] += y[i];
+  }
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = threadIdx.x + k * T;
+    if (i < n) {
+      if (y) xr[i] = v[k];
+      ss += double(__fmul_rn(v[k], v[k]));
+    }
+  }
+  for (int i = threadIdx.x + K * T; i < n; i += T) {  // rows wider than K * T
+    float u = xr[i];
+    if (y) xr[i] = u = u + y[i];
+    ss += double(__fmul_rn(u, u));
   }
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
   __syncthreads();
   double tot = 0;
-  for (int k = 0; k < kThreads / 32; ++k) tot += part[k];
+  for (int k = 0; k < T / 32; ++k) tot += part[k];
   const float mean = float(tot / n);
   const float scale = 1.0f / sqrtf(mean + eps);
   float* orow = out + size_t(blockIdx.x) * n;
-  for (int i = threadIdx.x; i < n; i += kThreads) orow[i] = __fmul_rn(__fmul_rn(xr[i], scale), w[i]);
+  auto emit = [&](int i, float u) {  // whole warps: n and T are multiples of 32 where q is set
+    const float o = __fmul_rn(__fmul_rn(u, scale), w[i]);
+    orow[i] = o;
+    if (q.xq) detail::quantize_x_block32(o, i & ~31, q.xq, q.xd, q.xs);
+  };
+#pragma unroll
+  for (int k = 0; k < K; ++k) {
+    const int i = threadIdx.x + k * T;
+    if (i < n) emit(i, v[k]);
+  }
+  for (int i = threadIdx.x + K * T; i < n; i += T) emit(i, xr[i]);
 }
+
+constexpr int kNormK = 4;  // values per thread held in registers
+
+unsigned norm_threads(int n) { return unsigned(std::clamp((n / kNormK + 31) / 32 * 32, 32, 1024)); }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
@@ -57,13 +97,13 @@ __global__ void add_rows_kernel(float* x, const float* b, int64_t total, int n) 
 __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
   const int64_t i = int64_t(blockIdx.x) * blockDim.x + threadIdx.x;
   if (i >= n) return;
-  const float v = g[i];
-  g[i] = __fmul_rn(v / (1.0f + expf(-v)), u[i]);
+  g[i] = detail::silu_mul(g[i], u[i]);
 }
 
 // grid (n_tok, n_heads), block = dim/2 pairs (<= 512).
 // grid (n_tok, n_heads + n_heads2): heads past n_heads are those of x2 (k next to q in one launch).
 __global__ void rope_kernel(float* x, int n_heads, float* x2, int head_dim, int pos0, const int* pos_dev, RopeParams p) {
+  detail::pdl_wait();
   const int t = blockIdx.x, i = threadIdx.x, half = p.dim / 2;
   int h = blockIdx.y;
   if (i >= half) return;
@@ -125,13 +165,14 @@ cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int3
 }
 
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
-  rmsnorm_kernel<<<rows, kThreads, 0, s>>>(const_cast<float*>(x), nullptr, w, out, n, eps);  // x is only read
-  return cudaGetLastError();
+  return detail::launch_pdl(rmsnorm_kernel<kNormK>, rows, norm_threads(n), s, const_cast<float*>(x),  // only read
+                            static_cast<const float*>(nullptr), w, out, n, eps, detail::QuantX{});
 }
 
-cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s) {
-  rmsnorm_kernel<<<1, kThreads, 0, s>>>(x, y, w, out, n, eps);
-  return cudaGetLastError();
+cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s,
+                        const detail::QuantX& q) {
+  if (q.xq && n % 32 != 0) return cudaErrorInvalidValue;
+  return detail::launch_pdl(rmsnorm_kernel<kNormK>, 1, norm_threads(n), s, x, y, w, out, n, eps, q);
 }
 
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s) {
@@ -160,8 +201,8 @@ cudaError_t rope(float* x, int n_tok, int n_heads, int head_dim, int pos0, const
 cudaError_t rope_qk(float* q, int n_q, float* k, int n_k, int head_dim, const int* pos_dev, const RopeParams& p,
                     cudaStream_t s) {
   if (p.dim < 2 || p.dim > head_dim || p.dim > 1024) return cudaErrorInvalidValue;
-  rope_kernel<<<dim3(1, n_q + n_k), (p.dim / 2 + 31) / 32 * 32, 0, s>>>(q, n_q, k, head_dim, 0, pos_dev, p);
-  return cudaGetLastError();
+  return detail::launch_pdl(rope_kernel, dim3(1, n_q + n_k), (p.dim / 2 + 31) / 32 * 32, s, q, n_q, k, head_dim, 0,
+                            pos_dev, p);
 }
 
 cudaError_t fill_normal(float* x, int64_t n, uint64_t seed, cudaStream_t s) {

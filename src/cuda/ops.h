@@ -7,6 +7,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/gemv_launch.h"
 #include "ggml/types.h"
 
 namespace kvtax::cuda::ops {
@@ -28,8 +29,11 @@ cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int3
                   cudaStream_t s);
 // rows vectors of n: out = x / rms(x) * w (out may alias x).
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s);
-// x += y, then out = x / rms(x) * w: the residual add and the next norm in one pass (one row of n).
-cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s);
+// x += y (y may be null), then out = x / rms(x) * w: the residual add and the next norm in one pass (one row
+// of n). With q.xq set (n a multiple of 32), also out's int8 codes for the next quantized GEMV (gemv.h's
+// x_in_scratch; q from detail::gemv_quant_x).
+cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s,
+                        const detail::QuantX& q = {});
 // x += y over n values; x[r][:] += b[:] for rows of n (bias); g = silu(g) * u.
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
 cudaError_t add_rows(float* x, const float* b, int rows, int n, cudaStream_t s);

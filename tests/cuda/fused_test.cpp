@@ -1,0 +1,142 @@
+// The decode step's fused kernels vs their unfused counterparts and the CPU ops, on fresh random inputs with
+// poisoned outputs: the residual add + norm that also writes the next GEMV's int8 x codes, and SwiGLU fused
+// into the gate|up GEMV (float weights) or the down GEMV's x pass (quantized weights). Skips without a GPU.
+#include <gtest/gtest.h>
+
+#include <algorithm>
+#include <cmath>
+#include <vector>
+
+#include "core/error.h"
+#include "cuda/gemv.h"
+#include "cuda/gemv_launch.h"
+#include "cuda/ops.h"
+#include "ggml/quants.h"
+#include "ops/cpu/elementwise.h"
+#include "random_values.h"
+
+namespace kvtax {
+namespace {
+
+#define REQUIRE_GPU() \
+  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
+
+std::vector<float> download(const cuda::Buffer& b, size_t n) {
+  cuda::check(cudaDeviceSynchronize(), "fused test");
+  std::vector<float> v(n);
+  b.download(v.data(), n * 4);
+  return v;
+}
+
+cuda::Buffer upload(const std::vector<float>& v) {
+  cuda::Buffer b(v.size() * 4);
+  b.upload(v.data(), v.size() * 4);
+  return b;
+}
+
+cuda::DeviceWeight random_weight(GgmlType t, int64_t rows, int64_t cols, uint32_t seed) {
+  const auto wf = random_normal(rows * cols, seed);
+  const size_t rb = ggml_row_bytes(t, uint64_t(cols));
+  std::vector<uint8_t> wq(rb * rows);
+  for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, wq.data() + r * rb, cols);
+  return cuda::DeviceWeight(t, rows, cols, wq.data());
+}
+
+double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
+  double e = 0, m = 1e-30;
+  for (size_t i = 0; i < a.size(); ++i) {
+    if (!std::isfinite(a[i])) return INFINITY;
+    e = std::max(e, std::fabs(double(a[i]) - b[i]));
+    m = std::max(m, std::fabs(double(b[i])));
+  }
+  return e / m;
+}
+
+TEST(CudaFused, NormWritesTheCodesTheGemvMakes) {
+  REQUIRE_GPU();
+  uint32_t seed = 900;
+  // 4096 (the llama3-8b width: one value per register slot), 14336 (past the registers: the tail loop), 384, 32.
+  for (int n : {4096, 14336, 384, 32}) {
+    auto x = random_normal(n, seed++), y = random_normal(n, seed++), w = random_normal(n, seed++);
+    x[5] *= 30.0f;
+    const float eps = 1e-5f;
+    cuda::Buffer xd = upload(x), yd = upload(y), wd = upload(w), out(size_t(n) * 4);
+    cuda::Buffer s1(cuda::gemv_scratch_bytes(n)), s2(cuda::gemv_scratch_bytes(n));
+    out.fill(0xff);
+    s1.fill(0xff);
+    s2.fill(0xff);
+    cuda::check(cuda::ops::add_rmsnorm(xd.as<float>(), yd.as<float>(), wd.as<float>(), out.as<float>(), n, eps,
+                                       nullptr, cuda::detail::gemv_quant_x(s1.get(), n)),
+                "add_rmsnorm");
+    // CPU: x += y, then the norm.
+    std::vector<float> xr = x, ref(n);
+    add_inplace(xr.data(), y.data(), n);
+    rmsnorm(xr.data(), w.data(), ref.data(), n, eps);
+    const auto xg = download(xd, n), og = download(out, n);
+    EXPECT_EQ(max_rel_diff(xg, xr), 0.0) << n;  // one float add per value: exact
+    EXPECT_LE(max_rel_diff(og, ref), 1e-6) << n;
+    // A quantized GEMV over the norm's codes equals one that quantizes the norm's output itself.
+    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+      if (n % ggml_traits(t).block_size != 0) continue;
+      const int rows = 70;
+      cuda::DeviceWeight W = random_weight(t, rows, n, seed++);
+      cuda::Buffer y1(rows * 4), y2(rows * 4);
+      y1.fill(0xff);
+      y2.fill(0xff);
+      cuda::gemv(W, nullptr, y1.as<float>(), s1.get(), nullptr, cuda::GemvFusion{nullptr, true});
+      cuda::gemv(W, out.as<float>(), y2.as<float>(), s2.get());
+      const auto a = download(y1, rows), b = download(y2, rows);
+      EXPECT_EQ(max_rel_diff(a, b), 0.0) << ggml_type_name(t) << " " << n;
+    }
+  }
+}
+
+TEST(CudaFused, SwigluMatchesTheSeparateKernel) {
+  REQUIRE_GPU();
+  uint32_t seed = 950;
+  const int ff = 1000, d = 512;  // 1000 rows: a partial last block of warps
+  for (GgmlType t : {GgmlType::F32, GgmlType::F16, GgmlType::BF16}) {
+    // gate|up stacked: y = silu(gate x) * (up x) from the GEMV's epilogue vs a GEMV then ops::silu_mul.
+    cuda::DeviceWeight gu = random_weight(t, 2 * ff, d, seed++);
+    cuda::Buffer x = upload(random_normal(d, seed++)), y1(ff * 4), y2(2 * ff * 4), s(cuda::gemv_scratch_bytes(d));
+    y1.fill(0xff);
+    y2.fill(0xff);
+    cuda::gemv(gu, x.as<float>(), y1.as<float>(), s.get(), nullptr, cuda::GemvFusion{nullptr, false, true});
+    cuda::gemv(gu, x.as<float>(), y2.as<float>(), s.get());
+    cuda::check(cuda::ops::silu_mul(y2.as<float>(), y2.as<float>() + ff, ff, nullptr), "silu");
+    EXPECT_LE(max_rel_diff(download(y1, ff), download(y2, ff)), 1e-6) << ggml_type_name(t);
+  }
+  const int cols = 1024, rows = 300;
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    // down(silu(g) * u) with the SwiGLU in the x pass vs ops::silu_mul then a plain GEMV.
+    cuda::DeviceWeight down = random_weight(t, rows, cols, seed++);
+    auto g = random_normal(cols, seed++);
+    g[7] = 12.0f;
+    cuda::Buffer gd = upload(g), ud = upload(random_normal(cols, seed++)), y1(rows * 4), y2(rows * 4);
+    cuda::Buffer s(cuda::gemv_scratch_bytes(cols));
+    y1.fill(0xff);
+    y2.fill(0xff);
+    cuda::gemv(down, gd.as<float>(), y1.as<float>(), s.get(), nullptr, cuda::GemvFusion{ud.as<float>()});
+    cuda::check(cuda::ops::silu_mul(gd.as<float>(), ud.as<float>(), cols, nullptr), "silu");
+    cuda::gemv(down, gd.as<float>(), y2.as<float>(), s.get());
+    EXPECT_EQ(max_rel_diff(download(y1, rows), download(y2, rows)), 0.0) << ggml_type_name(t);
+  }
+}
+
+TEST(CudaFused, RejectsFusionsATypeCannotDo) {
+  REQUIRE_GPU();
+  cuda::DeviceWeight f = random_weight(GgmlType::F16, 6, 256, 1), q = random_weight(GgmlType::Q8_0, 6, 256, 2);
+  cuda::DeviceWeight odd = random_weight(GgmlType::BF16, 5, 256, 3);
+  cuda::Buffer x(256 * 4), y(6 * 4), s(cuda::gemv_scratch_bytes(256));
+  EXPECT_THROW(cuda::gemv(f, x.as<float>(), y.as<float>(), s.get(), nullptr, cuda::GemvFusion{x.as<float>()}), Error);
+  EXPECT_THROW(cuda::gemv(f, x.as<float>(), y.as<float>(), s.get(), nullptr, cuda::GemvFusion{nullptr, true}), Error);
+  EXPECT_THROW(cuda::gemv(q, x.as<float>(), y.as<float>(), s.get(), nullptr, cuda::GemvFusion{nullptr, false, true}),
+               Error);
+  EXPECT_THROW(cuda::gemv(odd, x.as<float>(), y.as<float>(), s.get(), nullptr, cuda::GemvFusion{nullptr, false, true}),
+               Error);
+  EXPECT_FALSE(cuda::gemv_quantizes_x(GgmlType::BF16));
+  EXPECT_TRUE(cuda::gemv_quantizes_x(GgmlType::Q4_K));
+}
+
+}  // namespace
+}  // namespace kvtax
