@@ -290,8 +290,7 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       check(ops::rmsnorm(q, w.q_norm.as<float>(), q, nh, hd, eps, s), "q norm");
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, nkv, hd, eps, s), "k norm");
     }
-    check(ops::rope_qk(q, nh, k, nkv, hd, pos, b_.rope(), s), "rope");
-    encode_kv(target(l), k, v, 1, 0, s, pos);
+    encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);  // RoPE on q and k, k and v into the cache
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s);
     gemv(*w.wo, att, xb2, gs, s);
     add_norm(xb2, w.ffn_norm.as<float>(), w.gate_up ? w.gate_up.get() : w.gate.get());

@@ -24,10 +24,8 @@ void check_codec(kv::CodecId c, int d) {
          int(c) < kv::kNumCodecs ? kv::codec(c).name : "?", d);
 }
 
-}  // namespace
-
-void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, int pos0, cudaStream_t s,
-               const int* pos_dev) {
+detail::EncodeArgs paged_args(const KvTarget& dst, const float* k, const float* v, int n_tok, int pos0,
+                              const int* pos_dev) {
   check_codec(dst.codec, dst.head_dim);
   if (n_tok < 0 || pos0 < 0) fail("CUDA KV encode: {} tokens at position {}", n_tok, pos0);
   if (dst.row_bytes != kv::layout::row_bytes(dst.codec, dst.head_dim))
@@ -49,6 +47,26 @@ void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, i
   a.head_stride = size_t(detail::kPageTokens) * dst.row_bytes;
   a.v_offset = size_t(dst.n_kv_heads) * a.head_stride;
   a.t = tables_for(dst.codec);
+  return a;
+}
+
+}  // namespace
+
+void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, int pos0, cudaStream_t s,
+               const int* pos_dev) {
+  check(detail::launch_encode(paged_args(dst, k, v, n_tok, pos0, pos_dev), s), "KV encode launch");
+}
+
+void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, const float* v, int n_tok, int pos0,
+                    const ops::RopeParams& rope, cudaStream_t s, const int* pos_dev) {
+  if (!q || n_q < 1 || !v) fail("CUDA KV encode: RoPE fused in needs q ({} heads), k and v", n_q);
+  if (rope.dim < 2 || rope.dim > dst.head_dim || rope.dim % 2 != 0)
+    fail("CUDA KV encode: rotary dims {} outside 2..{} (even)", rope.dim, dst.head_dim);
+  detail::EncodeArgs a = paged_args(dst, k, v, n_tok, pos0, pos_dev);
+  a.rope = true;
+  a.q = q;
+  a.n_q = n_q;
+  a.rp = rope;
   check(detail::launch_encode(a, s), "KV encode launch");
 }
 

@@ -6,6 +6,8 @@
 
 #include "cuda/attention_launch.h"
 #include "cuda/kv_encode_launch.h"
+#include "cuda/pdl.cuh"
+#include "cuda/rope.cuh"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda::detail {
@@ -187,18 +189,30 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
   __shared__ float xs[kWarps][kMaxD];
   __shared__ __align__(16) uint8_t rows[kWarps][kMaxRow];
   __shared__ uint8_t codes[kWarps][kMaxD];
+  pdl_wait();  // k and v come from the kernels before this one
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int per_tok = a.n_kv * (a.v ? 2 : 1);
   const int r = blockIdx.x * kWarps + w;
-  if (r >= a.n_tok * per_tok) return;  // whole warps
+  if (r >= a.n_tok * per_tok) {  // past the K/V rows: q heads to rotate, if any
+    const int qr = r - a.n_tok * per_tok;
+    if (!a.rope || qr >= a.n_tok * a.n_q) return;  // whole warps
+    const int t = qr / a.n_q;
+    const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
+    for (int i = lane; i < a.rp.dim / 2; i += 32) rope_pair(a.q + size_t(qr) * a.d, i, pos, a.rp);
+    return;
+  }
   const int t = r / per_tok, rem = r % per_tok, is_v = rem >= a.n_kv ? 1 : 0, h = rem % a.n_kv;
+  const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
   const float* src = (is_v ? a.v : a.k) + (size_t(t) * a.n_kv + h) * a.d;
   for (int i = lane; i < a.d; i += 32) xs[w][i] = src[i];
   __syncwarp();
+  if (a.rope && !is_v) {
+    for (int i = lane; i < a.rp.dim / 2; i += 32) rope_pair(xs[w], i, pos, a.rp);
+    __syncwarp();
+  }
   encode_row(a.codec, a.d, xs[w], rows[w], codes[w], a.t);
   uint8_t* dst;
   if (a.pages) {
-    const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
     dst = a.pool + size_t(a.pages[pos >> kPageShift]) * a.page_bytes + (is_v ? a.v_offset : 0) +
           size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
   } else {
@@ -212,10 +226,10 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
 
 cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s) {
   if (a.d > kMaxD || a.d % 32 != 0 || a.row_bytes > kMaxRow || a.row_bytes % 4 != 0) return cudaErrorInvalidValue;
-  const int n_rows = a.n_tok * a.n_kv * (a.v ? 2 : 1);
+  if (a.rope && (a.rp.dim < 2 || a.rp.dim > a.d || !a.q || a.n_q < 1 || !a.v)) return cudaErrorInvalidValue;
+  const int n_rows = a.n_tok * (a.n_kv * (a.v ? 2 : 1) + (a.rope ? a.n_q : 0));
   if (n_rows == 0) return cudaSuccess;
-  encode_kernel<<<(n_rows + kWarps - 1) / kWarps, kWarps * 32, 0, s>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(encode_kernel, (n_rows + kWarps - 1) / kWarps, kWarps * 32, s, a);
 }
 
 }  // namespace kvtax::cuda::detail

@@ -9,6 +9,7 @@
 #include <cstdint>
 
 #include "cuda/attention.h"
+#include "cuda/ops.h"
 #include "kv/codecs/codec.h"
 
 namespace kvtax::cuda {
@@ -26,6 +27,12 @@ struct KvTarget {
 // rotated codecs) into positions pos0 .. pos0 + n_tok - 1, or pos_dev[t] (device, read at run time).
 void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, int pos0, cudaStream_t s = nullptr,
                const int* pos_dev = nullptr);
+
+// The same with RoPE fused in (one launch instead of two in the decode step): k is rotated by `rope` as it is
+// encoded (k itself is left as it was), and q ([n_tok][n_q][head_dim]) is rotated in place, both at the tokens'
+// positions, exactly as ops::rope_qk then encode_kv would.
+void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, const float* v, int n_tok, int pos0,
+                    const ops::RopeParams& rope, cudaStream_t s = nullptr, const int* pos_dev = nullptr);
 
 // Encodes n rows of d values (device, [n][d], not rotated) into contiguous rows (device, [n][row_bytes]):
 // the same kernel as encode_kv, for tests against the CPU encoders and for filling a KV to a depth.

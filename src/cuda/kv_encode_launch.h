@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/ops.h"
 #include "kv/codecs/codec.h"
 
 namespace kvtax::cuda::detail {
@@ -29,6 +30,12 @@ struct EncodeArgs {
   // ... or contiguous rows (encode_rows) when pages is nullptr.
   uint8_t* rows;
   EncodeTables t;
+  // RoPE fused in (the decode step): k rotated in shared memory before it is encoded, and q ([n_tok][n_q][d])
+  // rotated in place by warps past the K/V rows, all at the tokens' positions.
+  bool rope = false;
+  float* q = nullptr;
+  int n_q = 0;
+  ops::RopeParams rp;
 };
 
 cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s);

@@ -9,6 +9,7 @@
 #include "cuda/dequant.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_x.cuh"
+#include "cuda/rope.cuh"
 #include "ggml/blocks.h"
 
 namespace kvtax::cuda::ops {
@@ -38,12 +39,13 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   detail::pdl_trigger();  // the next GEMV's blocks may start streaming their weights (pdl.cuh)
   const int T = blockDim.x;
   float* xr = x + size_t(blockIdx.x) * n;
-  float v[K];
+  float v[K], wv[K];
   double ss = 0;
 #pragma unroll
-  for (int k = 0; k < K; ++k) {
+  for (int k = 0; k < K; ++k) {  // the weights too: their loads overlap the reduction
     const int i = threadIdx.x + k * T;
     v[k] = i < n ? xr[i] : 0.0f;
+    wv[k] = i < n ? w[i] : 0.0f;
     if (y && i < n) v[k] += y[i];
   }
 #pragma unroll
@@ -67,17 +69,17 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   const float mean = float(tot / n);
   const float scale = 1.0f / sqrtf(mean + eps);
   float* orow = out + size_t(blockIdx.x) * n;
-  auto emit = [&](int i, float u) {  // whole warps: n and T are multiples of 32 where q is set
-    const float o = __fmul_rn(__fmul_rn(u, scale), w[i]);
+  auto emit = [&](int i, float u, float wi) {  // whole warps: n and T are multiples of 32 where q is set
+    const float o = __fmul_rn(__fmul_rn(u, scale), wi);
     orow[i] = o;
     if (q.xq) detail::quantize_x_block32(o, i & ~31, q.xq, q.xd, q.xs);
   };
 #pragma unroll
   for (int k = 0; k < K; ++k) {
     const int i = threadIdx.x + k * T;
-    if (i < n) emit(i, v[k]);
+    if (i < n) emit(i, v[k], wv[k]);
   }
-  for (int i = threadIdx.x + K * T; i < n; i += T) emit(i, xr[i]);
+  for (int i = threadIdx.x + K * T; i < n; i += T) emit(i, xr[i], w[i]);
 }
 
 constexpr int kNormK = 4;  // values per thread held in registers
@@ -104,25 +106,16 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
 // grid (n_tok, n_heads + n_heads2): heads past n_heads are those of x2 (k next to q in one launch).
 __global__ void rope_kernel(float* x, int n_heads, float* x2, int head_dim, int pos0, const int* pos_dev, RopeParams p) {
   detail::pdl_wait();
-  const int t = blockIdx.x, i = threadIdx.x, half = p.dim / 2;
+  detail::pdl_trigger();  // the KV encode after it may launch
+  const int t = blockIdx.x, i = threadIdx.x;
   int h = blockIdx.y;
-  if (i >= half) return;
+  if (i >= p.dim / 2) return;
   if (h >= n_heads) {  // x2 has one token
     h -= n_heads;
     x = x2;
     n_heads = gridDim.y - n_heads;
   }
-  float theta = float(pos_dev ? pos_dev[t] : pos0 + t);
-  for (int k = 0; k < i; ++k) theta = __fmul_rn(theta, p.theta_scale);
-  const float extrap = theta / (p.factor ? p.factor[i] : 1.0f);
-  float th = __fmul_rn(p.freq_scale, extrap);
-  if (p.ramp) th = __fadd_rn(__fmul_rn(th, 1.0f - p.ramp[i]), __fmul_rn(extrap, p.ramp[i]));
-  const float cs = __fmul_rn(cosf(th), p.mscale), sn = __fmul_rn(sinf(th), p.mscale);
-  float* v = x + (size_t(t) * n_heads + h) * head_dim;
-  const int a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
-  const float x0 = v[a], x1 = v[b];
-  v[a] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-  v[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  detail::rope_pair(x + (size_t(t) * n_heads + h) * head_dim, i, pos_dev ? pos_dev[t] : pos0 + t, p);
 }
 
 __device__ __forceinline__ uint64_t mix(uint64_t z) {  // splitmix64's finaliser

@@ -2,10 +2,13 @@
 // outlier channels, a zero row, a row of equal magnitudes). Skips without a GPU.
 #include <gtest/gtest.h>
 
+#include <algorithm>
+#include <cmath>
 #include <cstring>
 #include <vector>
 
 #include "cuda/kv_encode.h"
+#include "cuda/ops.h"
 #include "kv/codecs/codec.h"
 #include "kv/rotation.h"
 #include "kv_test_util.h"
@@ -53,6 +56,64 @@ TEST(CudaKvEncode, EveryCodecMatchesCpuBitForBit) {
       for (int i = 0; i < 4; ++i) EXPECT_EQ(got[rb * n + i], 0xa5) << c.name << ": wrote past the last row";
     }
   }
+}
+
+// RoPE fused into the encoder (the decode step's path) vs ops::rope_qk then encode_kv: the same cache bytes and
+// the same rotated q, for plain, NeoX and per-pair-factor (llama3) rotations, at a device-read position.
+TEST(CudaKvEncode, FusedRopeMatchesRopeThenEncode) {
+  REQUIRE_GPU();
+  const int d = 128, nq = 32, nkv = 8, P = cuda::kv_page_tokens();
+  std::vector<float> factors(d / 2);
+  for (int i = 0; i < d / 2; ++i) factors[size_t(i)] = 1.0f + 0.125f * float(i % 7);
+  cuda::Buffer fd(factors.size() * 4);
+  fd.upload(factors.data(), factors.size() * 4);
+  uint64_t seed = 77;
+  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4r, kv::CodecId::tq3})
+    for (int variant = 0; variant < 3; ++variant) {
+      cuda::ops::RopeParams rp;
+      rp.neox = variant == 1;
+      rp.dim = variant == 1 ? 64 : d;  // NeoX over part of the head
+      rp.theta_scale = std::pow(500000.0f, -2.0f / float(rp.dim));
+      rp.factor = variant == 2 ? fd.as<float>() : nullptr;
+      const auto q = kvtax::testing::gaussian(size_t(nq) * d, seed++, 1.0f);
+      const auto kv = kvtax::testing::gaussian(size_t(2 * nkv) * d, seed++, 1.0f);
+      const int pos = P + 44 + 37 * variant;  // in the table's second entry: physical page 0
+      const size_t page = cuda::kv_page_bytes(c, nkv, d), rb = kv::codec(c).row_bytes(d);
+      std::vector<int32_t> table = {1, 0};
+      cuda::Buffer tab(8), posd(4);
+      tab.upload(table.data(), 8);
+      posd.upload(&pos, 4);
+      std::vector<uint8_t> got[2];
+      std::vector<float> qgot[2];
+      for (int fused = 0; fused < 2; ++fused) {
+        cuda::Buffer qd(q.size() * 4), kd(size_t(nkv) * d * 4), vd(size_t(nkv) * d * 4), pool(2 * page);
+        qd.upload(q.data(), q.size() * 4);
+        kd.upload(kv.data(), size_t(nkv) * d * 4);
+        vd.upload(kv.data() + size_t(nkv) * d, size_t(nkv) * d * 4);
+        pool.fill(0x5a);
+        const cuda::KvTarget t{c, nkv, d, rb, page, pool.as<uint8_t>(), tab.as<int32_t>()};
+        if (fused) {
+          cuda::encode_kv_rope(t, qd.as<float>(), nq, kd.as<float>(), vd.as<float>(), 1, 0, rp, nullptr,
+                               posd.as<int>());
+        } else {
+          cuda::check(cuda::ops::rope_qk(qd.as<float>(), nq, kd.as<float>(), nkv, d, posd.as<int>(), rp, nullptr),
+                      "rope");
+          cuda::encode_kv(t, kd.as<float>(), vd.as<float>(), 1, 0, nullptr, posd.as<int>());
+        }
+        cuda::check(cudaDeviceSynchronize(), "fused rope test");
+        got[fused].resize(2 * page);
+        pool.download(got[fused].data(), got[fused].size());
+        qgot[fused].resize(q.size());
+        qd.download(qgot[fused].data(), q.size() * 4);
+      }
+      EXPECT_EQ(got[0], got[1]) << kv::codec(c).name << " variant " << variant;
+      EXPECT_EQ(qgot[0], qgot[1]) << kv::codec(c).name << " variant " << variant;
+      EXPECT_NE(qgot[1], q) << "q was not rotated";
+      // K head 0's row landed in physical page 0 at slot pos % P.
+      const auto row = got[1].begin() + std::ptrdiff_t(size_t(pos % P) * rb);
+      EXPECT_FALSE(std::all_of(row, row + std::ptrdiff_t(rb), [](uint8_t b) { return b == 0x5a; }))
+          << kv::codec(c).name;
+    }
 }
 
 }  // namespace
