@@ -1,6 +1,7 @@
 #include "cuda/device_decoder.h"
 
 #include <algorithm>
+#include <array>
 #include <cstdlib>
 #include <string>
 
@@ -257,13 +258,16 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   const int* pos = io_.as<int32_t>() + kMaxBatch + t;
   const int* len = io_.as<int32_t>() + 2 * kMaxBatch + t;
 
-  // The residual add and the norm before a GEMV; when that GEMV quantizes x, the norm also writes x's int8
-  // codes into the GEMV scratch, and the GEMV skips its own pass over x.
-  auto add_norm = [&](const float* y, const float* norm, const DeviceWeight* next) {
-    const bool codes = next && gemv_quantizes_x(next->type());
+  // The residual add and the norm before the GEMVs that read xb; when one of them quantizes x, the norm also
+  // writes x's int8 codes into the GEMV scratch, and those GEMVs skip their own pass over x.
+  using Next = std::array<const DeviceWeight*, 4>;
+  auto add_norm = [&](const float* y, const float* norm, const Next& next) {
+    bool codes = false;
+    for (const DeviceWeight* w : next) codes |= w && gemv_quantizes_x(w->type());
     check(ops::add_rmsnorm(x, y, norm, xb, d, eps, s, codes ? detail::gemv_quant_x(gs, d) : detail::QuantX{}),
           "residual + norm");
   };
+  auto attn_in = [](const CudaBackend::Layer& w) { return Next{w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}; };
   auto gemv_xb = [&](const DeviceWeight& w, float* out) {
     gemv(w, xb, out, gs, s, GemvFusion{nullptr, gemv_quantizes_x(w.type())});
   };
@@ -271,7 +275,7 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   const DeviceWeight& E = b_.embedding();
   check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
   const auto& layers = b_.layers();
-  add_norm(nullptr, layers[0].attn_norm.as<float>(), layers[0].wqkv ? layers[0].wqkv.get() : layers[0].wq.get());
+  add_norm(nullptr, layers[0].attn_norm.as<float>(), attn_in(layers[0]));
   for (int l = 0; l < L; ++l) {
     const CudaBackend::Layer& w = layers[size_t(l)];
     if (w.wqkv) {
@@ -293,7 +297,7 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);  // RoPE on q and k, k and v into the cache
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s);
     gemv(*w.wo, att, xb2, gs, s);
-    add_norm(xb2, w.ffn_norm.as<float>(), w.gate_up ? w.gate_up.get() : w.gate.get());
+    add_norm(xb2, w.ffn_norm.as<float>(), Next{w.gate_up.get(), w.gate.get(), w.up.get()});
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.
     const bool down_q = gemv_quantizes_x(w.down->type());
@@ -318,9 +322,9 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     // residual stream matters only for logits.
     if (l + 1 < L) {
       const CudaBackend::Layer& n = layers[size_t(l + 1)];
-      add_norm(xb2, n.attn_norm.as<float>(), n.wqkv ? n.wqkv.get() : n.wq.get());
+      add_norm(xb2, n.attn_norm.as<float>(), attn_in(n));
     } else if (logits) {
-      add_norm(xb2, b_.output_norm(), &b_.output());
+      add_norm(xb2, b_.output_norm(), Next{&b_.output()});
     }
   }
   if (logits) gemv_xb(b_.output(), logits_.as<float>());
