@@ -4,10 +4,11 @@
 // no block barrier:
 //   cp.async copies the tile's raw K and V rows into a ring of kStages shared-memory stages (zero-fill past the
 //   chunk), several tiles ahead;
-//   codecs other than f16 are decoded by layout::unit_decode_half / unit_decode (the CPU's format code) into f16
-//   tiles [16][D]; f16 rows are used as they land; a per-row factor (fp8 scale, tq gain) scales S and P instead;
-//   S = Q K^T (ldmatrix of K, two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
-//   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand (ldmatrix.trans of V).
+//   f16 rows are used as they land (ldmatrix); fp8 / q8 / q4 / q4r code words go from the stage straight into
+//   mma B fragments (layout::word_decode_half, Cfg::kKReg); tq4 / tq3 are decoded by layout::unit_decode (the
+//   CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain) scales S and P instead;
+//   S = Q K^T (two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
+//   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand.
 // Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the
 // scalar kernel, for merge_kernel.
 #include <cuda_fp16.h>
@@ -39,7 +40,15 @@ struct Cfg {
   static constexpr int kStages = 3;                         // (kStages - 1) tiles in flight per warp
   static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile (K, then V in the same place)
   static constexpr bool kFold = layout::kRowFactor<C>;     // per-row factor folded into S and P
-  static constexpr int kWarpBytes = kStages * kRaw + (kDirect ? 0 : kTile + 2 * kTok * 4);
+  // K and V codes go from the raw rows straight into B fragments, with no decoded tile in shared memory. K: each
+  // lane of a quad takes a contiguous quarter of its token's code words, and q's dims are permuted to match (a dot
+  // product does not care about the order of its terms). V (k runs along tokens): a lane reads the same code word
+  // of its 4 tokens, interleaves the bytes of token pairs and decodes the interleaved word; O's dims come out
+  // permuted (o_dim) and are put back in place when the warps merge.
+  static constexpr bool kKReg = C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
+  static constexpr int kRuns = layout::word_runs(C);       // k-steps (4 values per lane each) per code word
+  static constexpr int kLaneWords = D / 16 / kRuns;        // code words of one token per lane
+  static constexpr int kWarpBytes = kStages * kRaw + (kDirect || kKReg ? 0 : kTile + 2 * kTok * 4);
   // Blocks per SM the registers are capped for: the decoding codecs' loop is latency-bound, so 3 blocks (12 warps)
   // of ~17-21 KB of shared memory per warp; f16 is bound by bytes at 2; head_dim 256 needs the registers.
   static constexpr int kMinBlocks = D >= 256 ? 1 : kDirect ? 2 : 3;
@@ -54,6 +63,32 @@ struct Cfg {
 template <int D>
 __device__ __forceinline__ uint32_t swz(int row, int col) {
   return uint32_t(row * 2 * D + ((col ^ (row & 7)) << 4));
+}
+
+// First of the 4 consecutive dims that lane quad position c holds in k-step ks of S = Q K^T: k 2c, 2c+1 of the
+// fragment are dims d, d+1 and k 2c+8, 2c+9 are d+2, d+3 (kKReg); the plain fragment order otherwise.
+template <CodecId C, int D>
+__device__ __forceinline__ int k_dim(int ks, int c) {
+  using G = Cfg<C, D>;
+  if constexpr (G::kKReg) return layout::word_value(C, c * G::kLaneWords + ks / G::kRuns, ks % G::kRuns);
+  else return ks * 16 + 2 * c;
+}
+
+// V (kKReg): the code word of a token that lane g reads for its q-th run of n-tiles; for head_dim 128 rows the 32
+// lanes' reads of one token pair fall in 32 different banks.
+template <CodecId C, int D>
+__device__ __forceinline__ int v_word(int g, int q) {
+  constexpr int kQ = D / 32 / Cfg<C, D>::kRuns;
+  return 2 * kQ * (g % 4) + g / 4 + 2 * q;
+}
+// Dim of O held by column n of n-tile dn (the plain order without kKReg).
+template <CodecId C, int D>
+__device__ __forceinline__ int o_dim(int dn, int n) {
+  using G = Cfg<C, D>;
+  if constexpr (G::kKReg)
+    return layout::word_value(C, v_word<C, D>(n, dn / (4 * G::kRuns)), (dn / 4) % G::kRuns) + dn % 4;
+  else
+    return dn * 8 + n;
 }
 
 // Starts the copy of tokens t0 .. t0+15 of KV head `kh` (one page, `page`: t0 is a multiple of 16) into a stage.
@@ -83,12 +118,13 @@ __device__ __forceinline__ void issue_tile(const DecodeArgs& a, const uint8_t* k
 
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 
-// Raw K (kHalf 0) or V (1) rows of a stage -> f16 tile dst [16][D] (swizzled). Codecs with an exact f16 form
-// convert in pairs (layout::unit_decode_half), the others decode to floats (layout::unit_decode) and round once. A
-// per-row factor (kFold) is left out of the values and stored per token in fac[16]; other factors multiply them.
+// Raw K (kHalf 0) or V (1) rows of a stage -> f16 tile dst [16][D] (swizzled), for the codebook codecs (tq4, tq3):
+// decoded to floats (layout::unit_decode) and rounded once. Their per-row gain (kFold) is left out of the values and
+// stored per token in fac[16].
 template <CodecId C, int D, int kHalf>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv, uint8_t* dst, float* fac, int lane) {
   using G = Cfg<C, D>;
+  static_assert(G::kFold, "the factor is left out of the values");
   constexpr int kUnits = D / layout::kUnit, kStep = 32 / kUnits;  // a warp step covers kStep tokens
   static_assert(32 % kUnits == 0);
   const int u = lane % kUnits, lt = lane / kUnits;
@@ -96,26 +132,11 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
   for (int t = 0; t < kTok; t += kStep) {
     const int tok = t + lt;
     const uint8_t* row = raw + kHalf * G::kHalfTile + tok * G::kRow;
-    uint4 p;
-    float f;
-    if constexpr (layout::kHasUnitDecodeHalf<C>) {
-      __half2 h[4];
-      f = layout::unit_decode_half<C, false>(row, D, u, h);
-      if constexpr (!G::kFold) {
-        const __half2 f2 = __float2half2_rn(f);
-#pragma unroll
-        for (int k = 0; k < 4; ++k) h[k] = __hmul2(h[k], f2);
-      }
-      p = make_uint4(half2_bits(h[0]), half2_bits(h[1]), half2_bits(h[2]), half2_bits(h[3]));
-    } else {
-      float y[8];
-      f = layout::unit_decode<C, false>(row, D, u, lv, y);
-      const float s = G::kFold ? 1.0f : f;
-      p = make_uint4(pack_half2(y[0] * s, y[1] * s), pack_half2(y[2] * s, y[3] * s), pack_half2(y[4] * s, y[5] * s),
-                     pack_half2(y[6] * s, y[7] * s));
-    }
-    *reinterpret_cast<uint4*>(dst + swz<D>(tok, u)) = p;
-    if (G::kFold && u == 0) fac[tok] = f;
+    float y[8];
+    const float f = layout::unit_decode<C, false>(row, D, u, lv, y);
+    *reinterpret_cast<uint4*>(dst + swz<D>(tok, u)) =
+        make_uint4(pack_half2(y[0], y[1]), pack_half2(y[2], y[3]), pack_half2(y[4], y[5]), pack_half2(y[6], y[7]));
+    if (u == 0) fac[tok] = f;
   }
 }
 
@@ -145,13 +166,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
   uint32_t qf[D / 16][4];
 #pragma unroll
   for (int ks = 0; ks < D / 16; ++ks) {
-    const int d0 = ks * 16 + 2 * c;
+    const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
     const float* qa = q_s + g * D + d0;
     const float* qb = q_s + (g + 8) * D + d0;
     qf[ks][0] = pack_half2(qa[0], qa[1]);
     qf[ks][1] = pack_half2(qb[0], qb[1]);
-    qf[ks][2] = pack_half2(qa[8], qa[9]);
-    qf[ks][3] = pack_half2(qb[8], qb[9]);
+    qf[ks][2] = pack_half2(qa[hi], qa[hi + 1]);
+    qf[ks][3] = pack_half2(qb[hi], qb[hi + 1]);
   }
   __syncthreads();  // q_s is overwritten by the stages
 
@@ -167,7 +188,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
 
   uint8_t* wb = smem + warp * G::kWarpBytes;
   const uint32_t ws = smem_addr(wb);
-  uint8_t* td = wb + G::kStages * G::kRaw;              // decoded K, then V tile (not used by f16)
+  uint8_t* td = wb + G::kStages * G::kRaw;              // decoded K, then V tile (not used by f16 and kKReg)
   float* fac = reinterpret_cast<float*>(td + G::kTile);  // per-row factors of the tile: K 16, V 16 (kFold)
   auto tile_t0 = [&](int j) { return c0 + (warp + j * kWarps) * kTok; };
   // Page-table entries are loaded a tile ahead of their copy: a copy that waited on its entry would expose a
@@ -197,10 +218,32 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     __syncwarp();
     const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
     const uint8_t* raw = wb + (j % G::kStages) * G::kRaw;
-    uint32_t kt, vt;
+    // kKReg: this lane's K code words of tokens g and g + 8, and (block-scaled codes) the f16 scales they need.
+    constexpr int kWpb = layout::kQBlock / (4 * G::kRuns), kSlots = (G::kLaneWords + kWpb - 1) / kWpb;
+    uint32_t kw[2][G::kLaneWords];
+    __half2 ksc[2][kSlots];
+    if constexpr (G::kKReg) {
+#pragma unroll
+      for (int nt = 0; nt < 2; ++nt) {
+        const uint8_t* row = raw + (nt * 8 + g) * G::kRow;
+        const uint8_t* words = row + layout::codes_offset(C, D) + 4 * c * G::kLaneWords;
+#pragma unroll
+        for (int i = 0; i < G::kLaneWords; ++i) kw[nt][i] = *reinterpret_cast<const uint32_t*>(words + 4 * i);
+        if constexpr (!G::kFold) {
+#pragma unroll
+          for (int sl = 0; sl < kSlots; ++sl) {
+            const int blk = layout::word_value(C, c * G::kLaneWords + sl * kWpb, 0) / layout::kQBlock;
+            ksc[nt][sl] = __half2half2(__ushort_as_half(layout::load_u16<false>(row + 2 * blk)));
+          }
+        }
+      }
+    }
+    uint32_t kt = 0, vt;
     if constexpr (G::kDirect) {
       kt = ws + (j % G::kStages) * G::kRaw;
       vt = kt + G::kHalfTile;
+    } else if constexpr (G::kKReg) {
+      vt = 0;
     } else {
       decode_tile<C, D, 0>(raw, lv, td, fac, lane);
       __syncwarp();
@@ -219,14 +262,35 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     for (int p = 0; p < 2; ++p)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) s2[p][nt][0] = s2[p][nt][1] = s2[p][nt][2] = s2[p][nt][3] = 0.0f;
+    if constexpr (G::kKReg) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) {
-      uint32_t b[4];
-      ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
-      mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
-      mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
+      for (int i = 0; i < G::kLaneWords; ++i) {
+        __half2 h[2][2 * G::kRuns];
+#pragma unroll
+        for (int nt = 0; nt < 2; ++nt) {
+          layout::word_decode_half<C>(kw[nt][i], h[nt]);
+          if constexpr (!G::kFold) {
+#pragma unroll
+            for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / kWpb]);
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < G::kRuns; ++r) {
+          const int ks = i * G::kRuns + r;
+          mma_16816(s2[ks & 1][0], qf[ks], half2_bits(h[0][2 * r]), half2_bits(h[0][2 * r + 1]));
+          mma_16816(s2[ks & 1][1], qf[ks], half2_bits(h[1][2 * r]), half2_bits(h[1][2 * r + 1]));
+        }
+      }
+    } else {
+#pragma unroll
+      for (int ks = 0; ks < D / 16; ++ks) {
+        uint32_t b[4];
+        ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
+        mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
+        mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
+      }
     }
-    if constexpr (!G::kDirect) {  // K is in registers now: V takes its place
+    if constexpr (!G::kDirect && !G::kKReg) {  // K is in registers now: V takes its place
       __syncwarp();
       decode_tile<C, D, 1>(raw, lv, td, fac + kTok, lane);
       __syncwarp();
@@ -236,9 +300,18 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     if constexpr (G::kFold) {
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        const float2 k2 = *reinterpret_cast<const float2*>(fac + nt * 8 + 2 * c);
-        const float2 v2 = *reinterpret_cast<const float2*>(fac + kTok + nt * 8 + 2 * c);
-        fk[nt][0] = k2.x, fk[nt][1] = k2.y, fv[nt][0] = v2.x, fv[nt][1] = v2.y;
+        if constexpr (G::kKReg) {  // the row scales themselves (word_decode_half gives the e4m3 values)
+#pragma unroll
+          for (int e = 0; e < 2; ++e) {
+            const uint8_t* kr = raw + (nt * 8 + 2 * c + e) * G::kRow;
+            fk[nt][e] = layout::load_f32<false>(kr);
+            fv[nt][e] = layout::load_f32<false>(kr + G::kHalfTile);
+          }
+        } else {
+          const float2 k2 = *reinterpret_cast<const float2*>(fac + nt * 8 + 2 * c);
+          const float2 v2 = *reinterpret_cast<const float2*>(fac + kTok + nt * 8 + 2 * c);
+          fk[nt][0] = k2.x, fk[nt][1] = k2.y, fv[nt][0] = v2.x, fv[nt][1] = v2.y;
+        }
       }
     }
     float s[2][4];
@@ -285,12 +358,57 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     }
     la = la * ca + sa;
     lb = lb * cb + sb;
+    if constexpr (G::kKReg) {
+      // Tokens 2c, 2c+1 (b0 of the fragment) and 2c+8, 2c+9 (b1); one code word of each per run of n-tiles.
+      constexpr int kQ = D / 32 / G::kRuns;
+      const uint8_t* vr = raw + G::kHalfTile + layout::codes_offset(C, D);
 #pragma unroll
-    for (int dp = 0; dp < D / 16; ++dp) {
-      uint32_t b[4];
-      ldsm_x4_trans(vt + swz<D>(v_tok, 2 * dp + v_hi), b);
-      mma_16816(o[2 * dp], pf, b[0], b[1]);
-      mma_16816(o[2 * dp + 1], pf, b[2], b[3]);
+      for (int q = 0; q < kQ; ++q) {
+        const int w = v_word<C, D>(g, q);
+        uint32_t vw[4];
+        __half2 vs[2];
+#pragma unroll
+        for (int t = 0; t < 4; ++t)
+          vw[t] = *reinterpret_cast<const uint32_t*>(vr + (2 * c + (t & 1) + 8 * (t >> 1)) * G::kRow + 4 * w);
+        if constexpr (!G::kFold) {
+          const int blk = layout::word_value(C, w, 0) / layout::kQBlock;
+          const uint8_t* sr = raw + G::kHalfTile + 2 * blk;
+#pragma unroll
+          for (int p = 0; p < 2; ++p)
+            vs[p] = __halves2half2(__ushort_as_half(layout::load_u16<false>(sr + (2 * c + 8 * p) * G::kRow)),
+                                   __ushort_as_half(layout::load_u16<false>(sr + (2 * c + 8 * p + 1) * G::kRow)));
+        }
+        // h[p][half][k]: values of token pair p (bytes interleaved token by token), word half 0 (values 0, 1 of each
+        // run) or 1 (values 2, 3).
+        __half2 h[2][2][2 * G::kRuns];
+#pragma unroll
+        for (int p = 0; p < 2; ++p) {
+          layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x5140), h[p][0]);
+          layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x7362), h[p][1]);
+          if constexpr (!G::kFold) {
+#pragma unroll
+            for (int k = 0; k < 2 * G::kRuns; ++k) {
+              h[p][0][k] = __hmul2(h[p][0][k], vs[p]);
+              h[p][1][k] = __hmul2(h[p][1][k], vs[p]);
+            }
+          }
+        }
+#pragma unroll
+        for (int r = 0; r < G::kRuns; ++r)
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const int dn = (q * G::kRuns + r) * 4 + e, k = 2 * r + (e & 1);
+            mma_16816(o[dn], pf, half2_bits(h[0][e >> 1][k]), half2_bits(h[1][e >> 1][k]));
+          }
+      }
+    } else {
+#pragma unroll
+      for (int dp = 0; dp < D / 16; ++dp) {
+        uint32_t b[4];
+        ldsm_x4_trans(vt + swz<D>(v_tok, 2 * dp + v_hi), b);
+        mma_16816(o[2 * dp], pf, b[0], b[1]);
+        mma_16816(o[2 * dp + 1], pf, b[2], b[3]);
+      }
     }
   }
   cp_wait<0>();
@@ -304,11 +422,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     float* rb = ra + 8 * (D + 2);
 #pragma unroll
     for (int dn = 0; dn < D / 8; ++dn) {
-      const int d0 = dn * 8 + 2 * c;
+      const int d0 = o_dim<C, D>(dn, 2 * c), d1 = o_dim<C, D>(dn, 2 * c + 1);
       ra[d0] = o[dn][0];
-      ra[d0 + 1] = o[dn][1];
+      ra[d1] = o[dn][1];
       rb[d0] = o[dn][2];
-      rb[d0 + 1] = o[dn][3];
+      rb[d1] = o[dn][3];
     }
     if (c == 0) {
       ra[D] = ma;

@@ -4,10 +4,12 @@
 #include <algorithm>
 #include <cmath>
 #include <cstdio>
+#include <cstring>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/f16.h"
 #include "cuda/attention.h"
 #include "kv/cache.h"
 #include "kv_test_util.h"
@@ -204,6 +206,65 @@ TEST(CudaAttention, CodecErrorWithinBounds) {
     const Result r = run(c, s, 77 + ci, false);
     ASSERT_TRUE(all_finite(r.gpu)) << kv::codec(c).name;
     EXPECT_LE(rel_l2(r.gpu, r.input), bound[ci]) << kv::codec(c).name;
+  }
+}
+
+// Every code value of the codecs the kernel decodes straight from the raw rows into mma fragments (fp8: all 254
+// e4m3 codes but the two NaNs, which the encoder never writes; q8 all 256 bytes; q4 all 16 nibbles in both halves of
+// a byte), in K and in V, at every position of a row over tokens: rows written byte by byte, not through an
+// encoder (whose outputs leave most codes rare), against float64 attention over the CPU decoder's values.
+TEST(CudaAttention, EveryCodeValueMatchesCpuDecode) {
+  REQUIRE_GPU();
+  const Shape s{2, 8, 128, 700};  // 3 pages, a partial last tile
+  for (auto c : {kv::CodecId::fp8, kv::CodecId::q8, kv::CodecId::q4}) {
+    const kv::CodecInfo& info = kv::codec(c);
+    const size_t rb = info.row_bytes(s.d);
+    cuda::DeviceKv dkv(c, s.n_kv, s.d, s.len);
+    std::vector<float> kd(size_t(s.len) * s.n_kv * s.d), vd(kd.size());
+    uint32_t state = 12345u + uint32_t(c);
+    auto next = [&] { return state = state * 1664525u + 1013904223u; };
+    for (int h = 0; h < s.n_kv; ++h) {
+      std::vector<uint8_t> rows[2];
+      for (int kv_i = 0; kv_i < 2; ++kv_i) {
+        rows[kv_i].assign(rb * size_t(s.len), 0);
+        for (int t = 0; t < s.len; ++t) {
+          uint8_t* row = rows[kv_i].data() + size_t(t) * rb;
+          const float scale = (0.5f + float(next() % 1000) / 1000.0f) / (c == kv::CodecId::fp8 ? 64.0f : 16.0f);
+          size_t codes = 4;
+          if (c == kv::CodecId::fp8) {
+            std::memcpy(row, &scale, 4);
+          } else {
+            codes = size_t(s.d / 32) * 2;
+            for (int b = 0; b < s.d / 32; ++b) {
+              const uint16_t h16 = f32_to_f16(scale * (c == kv::CodecId::q8 ? 0.125f : 1.0f) * float(1 + b % 3));
+              std::memcpy(row + 2 * b, &h16, 2);
+            }
+          }
+          for (size_t j = codes; j < rb; ++j) {
+            const size_t x = size_t(t) * 7 + j * 13 + size_t(h) * 31 + size_t(kv_i) * 101;
+            int code = int(x % (c == kv::CodecId::fp8 ? 254 : 256));
+            if (c == kv::CodecId::fp8 && code >= 0x7f) ++code;  // 0x00-0x7e, 0x80-0xfe
+            row[j] = uint8_t(code);
+          }
+          float* dst = (kv_i ? vd : kd).data() + (size_t(t) * s.n_kv + h) * s.d;
+          info.decode(row, s.d, dst);
+        }
+      }
+      dkv.write_rows(h, 0, s.len, rows[0].data(), rows[1].data());
+    }
+    const auto q = gaussian(size_t(s.n_heads) * s.d, 4242 + int(c));
+    cuda::Buffer qd(q.size() * 4), out(q.size() * 4), scratch(cuda::decode_scratch_bytes(dkv, s.n_heads));
+    qd.upload(q.data(), q.size() * 4);
+    out.fill(0xff);
+    scratch.fill(0xff);
+    cuda::decode_attention(dkv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
+    cuda::check(cudaDeviceSynchronize(), "code value test");
+    std::vector<float> got(q.size());
+    out.download(got.data(), q.size() * 4);
+    ASSERT_TRUE(all_finite(got)) << info.name;
+    const double e = rel_l2(got, exact(q, kd, vd, s));
+    std::printf("[cuda-attention] %-4s every code value: rel-L2 vs float64 %.2e\n", info.name, e);
+    EXPECT_LE(e, kernel_bound(c)) << info.name;
   }
 }
 

@@ -201,13 +201,29 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
   }
 }
 
+// ---- code words: the codes of a row (after codes_offset) read 4 bytes at a time, for kernels that decode
+// straight into registers. A word holds runs of 4 consecutive values: fp8 / q8 one run (values 4w..4w+3), q4 two
+// (its low nibbles, then its high nibbles 16 values further on in the same 32-value block).
+KVTAX_HD constexpr size_t codes_offset(CodecId c, int d) {
+  switch (c) {
+    case CodecId::fp8: case CodecId::tq4: case CodecId::tq3: return 4;
+    case CodecId::q8: case CodecId::q4: case CodecId::q4r: return q_scales_bytes(d);
+    default: return 0;
+  }
+}
+KVTAX_HD constexpr int word_runs(CodecId c) { return c == CodecId::q4 || c == CodecId::q4r ? 2 : 1; }
+// First value of run r of code word w.
+KVTAX_HD constexpr int word_value(CodecId c, int w, int r) {
+  return word_runs(c) == 2 ? kQBlock * (w / 4) + 4 * (w % 4) + 16 * r : 4 * w;
+}
+
 // Codecs whose unit factor is one per row (fp8's scale, the tq gain): a kernel can fold it into a score or a
 // softmax weight instead of applying it to every value.
 template <CodecId C>
 constexpr bool kRowFactor = C == CodecId::fp8 || C == CodecId::tq4 || C == CodecId::tq3;
 
 #if defined(__CUDACC__)
-// ---- unit decode straight to f16 pairs (device code: the tensor-core attention). h[0..4) = values 8u..8u+7,
+// ---- unit decode straight to f16 pairs (device code: the tensor-core prefill attention). h[0..4) = values 8u..8u+7,
 // exact, to be multiplied by the returned factor. Only codecs whose codes have an exact f16 form:
 // f16 itself; q8 / q4 integers (f16 block scale, so the product rounds once, as the float path would); fp8, whose
 // halves are the code values times 2^-8 (e4m3's sign, exponent and mantissa moved into f16's places: bias 7 vs
@@ -253,6 +269,42 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
     const __half2 b2 = __float2half2_rn(bias);
     for (int k = 0; k < 4; ++k) h[k] = __hsub2(bits_as_half2(__byte_perm(w[k / 2], 0x64646464u, k % 2 ? 0x4342 : 0x4140)), b2);
     return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
+  }
+}
+
+// Code word -> the exact values of its runs as f16 pairs (h[0..2 word_runs)), before the factor: fp8 the e4m3
+// values themselves (factor: the row scale; e4m3's NaN codes, which the encoder never writes, give NaN here where
+// unit_decode gives 480), q8 the int8 codes, q4 the codes - 8 (factor: the block's f16 scale).
+template <CodecId C>
+__device__ __forceinline__ void word_decode_half(uint32_t w, __half2* h) {
+  if constexpr (C == CodecId::fp8) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 890
+    uint32_t lo, hi;
+    asm("{\n.reg .b16 a, b;\nmov.b32 {a, b}, %2;\ncvt.rn.f16x2.e4m3x2 %0, a;\ncvt.rn.f16x2.e4m3x2 %1, b;\n}\n"
+        : "=r"(lo), "=r"(hi)
+        : "r"(w));
+    h[0] = bits_as_half2(lo);
+    h[1] = bits_as_half2(hi);
+#else
+    const __half2 k256 = __float2half2_rn(256.0f);  // the bit move gives value * 2^-8 (see unit_decode_half)
+    for (int k = 0; k < 2; ++k) {
+      const uint32_t x = __byte_perm(w, 0, k ? 0x3424 : 0x1404);
+      h[k] = __hmul2(bits_as_half2((x & 0x80008000u) | ((x >> 1) & 0x3f803f80u)), k256);
+    }
+#endif
+  } else if constexpr (C == CodecId::q8) {
+    const uint32_t x = w ^ 0x80808080u;
+    const __half2 b2 = __float2half2_rn(1152.0f);
+    h[0] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4140)), b2);
+    h[1] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4342)), b2);
+  } else {
+    static_assert(C == CodecId::q4 || C == CodecId::q4r, "no code-word decode for this codec");
+    const __half2 b2 = __float2half2_rn(1032.0f);
+    for (int r = 0; r < 2; ++r) {
+      const uint32_t x = (w >> (4 * r)) & 0x0f0f0f0fu;
+      h[2 * r] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4140)), b2);
+      h[2 * r + 1] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4342)), b2);
+    }
   }
 }
 #endif
