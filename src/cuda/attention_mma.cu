@@ -49,8 +49,9 @@ struct Cfg {
   static constexpr int kRuns = layout::word_runs(C);       // k-steps (4 values per lane each) per code word
   static constexpr int kLaneWords = D / 16 / kRuns;        // code words of one token per lane
   static constexpr int kWarpBytes = kStages * kRaw + (kDirect || kKReg ? 0 : kTile + 2 * kTok * 4);
-  // Blocks per SM the registers are capped for: the decoding codecs' loop is latency-bound, so 3 blocks (12 warps)
-  // of ~17-21 KB of shared memory per warp; f16 is bound by bytes at 2; head_dim 256 needs the registers.
+  // Blocks per SM the registers are capped for: the decoding codecs' loop is bound per tile (instructions and
+  // latency, not bytes; perf.md), so 3 blocks (12 warps; 4 would spill); f16 is bound by bytes at 2; head_dim 256
+  // needs the registers.
   static constexpr int kMinBlocks = D >= 256 ? 1 : kDirect ? 2 : 3;
   static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
   static constexpr int kQ = kRows * D * 4;
