@@ -76,6 +76,72 @@ double matmul_params(const Model& m) {
   return p;
 }
 
+// The GEMM side of one prefill of `length` tokens, timed alone with events: the products run_chunk issues
+// (layer 0's matrices, chunks of mb rows, random activations, inputs rounded to 16 bits once per input,
+// gate|up written as 16-bit values) times the layers. BF16/F16/quantized weights only (F32 returns zeros).
+struct GemmTimes { double gemm = 0, dequant = 0, round = 0; };
+
+GemmTimes gemm_times(const cuda::CudaBackend& b, int mb, int length, cudaStream_t s) {
+  const ModelConfig& c = b.model().config();
+  const int64_t d = c.d_model, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim, ff = c.d_ff;
+  const cuda::CudaBackend::Layer& w = b.layers()[0];
+  struct Call { const cuda::DeviceWeight* w; int64_t row0, rows; bool half_out; int input; };  // input 0..2
+  std::vector<Call> calls;
+  if (w.wqkv) {
+    calls = {{w.wqkv.get(), 0, qd, false, 0}, {w.wqkv.get(), qd, kvd, false, 0}, {w.wqkv.get(), qd + kvd, kvd, false, 0}};
+  } else {
+    calls = {{w.wq.get(), 0, qd, false, 0}, {w.wk.get(), 0, kvd, false, 0}, {w.wv.get(), 0, kvd, false, 0}};
+  }
+  calls.push_back({w.wo.get(), 0, d, false, 1});
+  if (w.gate_up) {
+    calls.push_back({w.gate_up.get(), 0, 2 * ff, true, 1});
+  } else {
+    calls.push_back({w.gate.get(), 0, ff, true, 1});
+    calls.push_back({w.up.get(), 0, ff, true, 1});
+  }
+  calls.push_back({w.down.get(), 0, d, false, 2});
+  for (const Call& k : calls)
+    if (k.w->type() == GgmlType::F32) return {};
+  const int64_t widest = std::max(d, ff);
+  cuda::Buffer x(size_t(mb) * widest * 4), y(size_t(mb) * 2 * widest * 4), h(size_t(mb) * widest * 2);
+  cuda::Buffer dq(size_t(cuda::GemmRunner::kDequantRows) * widest * 2);
+  cuda::check(cuda::ops::fill_normal(x.as<float>(), int64_t(mb) * widest, 17, s), "x");
+  cuda::check(cuda::detail::to_half(x.as<float>(), int64_t(mb) * widest, true, h.get(), s), "x");
+  cuda::GemmRunner G(s);
+  cuda::EventTimer et;
+  GemmTimes t;
+  auto pass = [&](bool timed) {
+    GemmTimes p;
+    for (int off = 0; off < length; off += mb) {
+      const int n = std::min(mb, length - off);
+      for (const int64_t K : {d, d, ff}) {  // the three inputs rounded: q|k|v and gate|up's, wo's, down's
+        et.start(s);
+        G.round(x.as<float>(), n, K, true);
+        p.round += et.stop_ms(s) * 1e-3;
+      }
+      for (const Call& k : calls) {
+        et.start(s);
+        G.run_rounded(*k.w, k.row0, k.rows, h.get(), n, y.get(), k.rows, k.half_out);
+        p.gemm += et.stop_ms(s) * 1e-3;
+        const GgmlType ty = k.w->type();
+        if (ty == GgmlType::Q8_0 || ty == GgmlType::Q4_0 || ty == GgmlType::Q4_K) {
+          et.start(s);
+          for (int64_t r = 0; r < k.rows; r += cuda::GemmRunner::kDequantRows)
+            cuda::check(cuda::detail::dequant_rows_bf16(ty, k.w->data(), k.w->row_bytes(), k.row0 + r,
+                                                        std::min(cuda::GemmRunner::kDequantRows, k.rows - r),
+                                                        int(k.w->cols()), dq.get(), s), "dequant");
+          p.dequant += et.stop_ms(s) * 1e-3;
+        }
+      }
+    }
+    if (timed) t = p;
+  };
+  pass(false);  // warm-up: handle, scratch
+  pass(true);
+  t.gemm *= c.n_layers, t.dequant *= c.n_layers, t.round *= c.n_layers;
+  return t;
+}
+
 int run(int argc, char** argv) {
   CLI::App app{"Prefill TTFT on the CUDA device vs the FLOP floor"};
   std::string model_path, codecs = "f32,f16,bf16,fp8,q8,q4,q4r,tq4,tq3", json, label;
@@ -104,6 +170,14 @@ int run(int argc, char** argv) {
               attn_flop / 1e12, floor_s, floor_meas, measured / 1e12);
   std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
               "x cuBLAS", "attn s", "attn TF/s");
+  {
+    const GemmTimes gt = gemm_times(backend, cuda::CudaDecoder::kMaxBatch, length, nullptr);
+    std::printf("breakdown of one prefill (events, each step alone): GEMM products %.3f s (%.0f TFLOP/s over the "
+                "matmul FLOP), of which weight dequantization %.3f s; activations rounded to 16 bits %.3f s; "
+                "attention per codec below; the rest of TTFT is norms, RoPE, KV encode, residuals, SwiGLU, logits "
+                "and launch gaps\n",
+                gt.gemm, gt.gemm > 0 ? 2.0 * P * L / gt.gemm / 1e12 : 0.0, gt.dequant, gt.round);
+  }
   std::ofstream jf;
   if (!json.empty()) jf.open(json, std::ios::app);
   std::vector<int32_t> toks(static_cast<size_t>(length));

@@ -3,10 +3,12 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <initializer_list>
 #include <string>
 
 #include "core/error.h"
 #include "cuda/prefill_attention.h"
+#include "cuda/prefill_ops.h"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda {
@@ -345,6 +347,17 @@ void CudaDecoder::ensure_prefill_buffers() {
   prefill_bytes_ = bytes;
 }
 
+namespace {
+
+// The products can share one 16-bit rounding of their input: none is F32 and all take the same 16-bit type.
+bool same_input_type(std::initializer_list<const DeviceWeight*> ws) {
+  for (const DeviceWeight* w : ws)
+    if (w->type() == GgmlType::F32 || GemmRunner::takes_bf16(*w) != GemmRunner::takes_bf16(**ws.begin())) return false;
+  return true;
+}
+
+}  // namespace
+
 void CudaDecoder::run_chunk(int off, int n) {
   const ModelConfig& c = b_.model().config();
   const int d = int(c.d_model), hd = int(c.head_dim), nh = int(c.n_heads), nkv = int(c.n_kv_heads);
@@ -362,14 +375,17 @@ void CudaDecoder::run_chunk(int off, int n) {
   for (int l = 0; l < int(c.n_layers); ++l) {
     const CudaBackend::Layer& w = b_.layers()[size_t(l)];
     check(ops::rmsnorm(x, w.attn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
-    if (w.wqkv) {  // rows of the stacked matrix straight into q, k and v
-      G.run(*w.wqkv, 0, qd, xb, n, q, qd);
-      G.run(*w.wqkv, qd, kvd, xb, n, k, kvd);
-      G.run(*w.wqkv, qd + kvd, kvd, xb, n, v, kvd);
-    } else {
-      G.run(*w.wq, 0, qd, xb, n, q, qd);
-      G.run(*w.wk, 0, kvd, xb, n, k, kvd);
-      G.run(*w.wv, 0, kvd, xb, n, v, kvd);
+    {  // rows of the stacked matrix (or the three matrices) straight into q, k and v; xb rounded once
+      const DeviceWeight* m[3] = {w.wqkv ? w.wqkv.get() : w.wq.get(), w.wqkv ? w.wqkv.get() : w.wk.get(),
+                                  w.wqkv ? w.wqkv.get() : w.wv.get()};
+      const int64_t r0[3] = {0, w.wqkv ? qd : 0, w.wqkv ? qd + kvd : 0}, nr[3] = {qd, kvd, kvd};
+      float* dst[3] = {q, k, v};
+      if (same_input_type({m[0], m[1], m[2]})) {
+        const void* xh = G.round(xb, n, d, GemmRunner::takes_bf16(*m[0]));
+        for (int i = 0; i < 3; ++i) G.run_rounded(*m[i], r0[i], nr[i], xh, n, dst[i], nr[i], false);
+      } else {
+        for (int i = 0; i < 3; ++i) G.run(*m[i], r0[i], nr[i], xb, n, dst[i], nr[i]);
+      }
     }
     if (w.bq.get()) {
       check(ops::add_rows(q, w.bq.as<float>(), n, qd, s), "bias");
@@ -387,15 +403,32 @@ void CudaDecoder::run_chunk(int off, int n) {
     G.run(*w.wo, 0, d, att, n, y, d);
     check(ops::add(x, y, int64_t(n) * d, s), "residual");
     check(ops::rmsnorm(x, w.ffn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
-    if (w.gate_up) {
-      G.run(*w.gate_up, 0, ff, xb, n, g, ff);
-      G.run(*w.gate_up, ff, ff, xb, n, u, ff);
+    const DeviceWeight& gw = w.gate_up ? *w.gate_up : *w.gate;
+    const DeviceWeight& uw = w.gate_up ? *w.gate_up : *w.up;
+    if (same_input_type({&gw, &uw, w.down.get()})) {
+      // gate|up side by side as 16-bit values in g's bytes ([n][2 ff]), SwiGLU straight into the down
+      // product's 16-bit input in u's bytes: the [n, d_ff] intermediates cross memory in 2 bytes, once.
+      const bool bf = GemmRunner::takes_bf16(gw);
+      const void* xh = G.round(xb, n, d, bf);
+      if (w.gate_up) {
+        G.run_rounded(gw, 0, 2 * int64_t(ff), xh, n, g, 2 * int64_t(ff), true);
+      } else {
+        G.run_rounded(gw, 0, ff, xh, n, g, 2 * int64_t(ff), true);
+        G.run_rounded(uw, 0, ff, xh, n, reinterpret_cast<uint16_t*>(g) + ff, 2 * int64_t(ff), true);
+      }
+      check(detail::silu_mul_half(g, n, ff, bf, u, s), "silu");
+      G.run_rounded(*w.down, 0, d, u, n, y, d, false);
     } else {
-      G.run(*w.gate, 0, ff, xb, n, g, ff);
-      G.run(*w.up, 0, ff, xb, n, u, ff);
+      if (w.gate_up) {
+        G.run(*w.gate_up, 0, ff, xb, n, g, ff);
+        G.run(*w.gate_up, ff, ff, xb, n, u, ff);
+      } else {
+        G.run(*w.gate, 0, ff, xb, n, g, ff);
+        G.run(*w.up, 0, ff, xb, n, u, ff);
+      }
+      check(ops::silu_mul(g, u, int64_t(n) * ff, s), "silu");
+      G.run(*w.down, 0, d, g, n, y, d);
     }
-    check(ops::silu_mul(g, u, int64_t(n) * ff, s), "silu");
-    G.run(*w.down, 0, d, g, n, y, d);
     check(ops::add(x, y, int64_t(n) * d, s), "residual");
   }
   const size_t gemm_after = gemm_->device_bytes();

@@ -27,6 +27,17 @@ class GemmRunner {
   void run(const DeviceWeight& w, int64_t row0, int64_t rows, const float* x, int n, float* y, int64_t ldy);
   size_t device_bytes() const { return act_.bytes() + wbuf_.bytes(); }
 
+  // The 16-bit input type of w's products: f16 for F16 weights, bf16 for BF16 and the quantized types
+  // (dequantized to bf16). F32 weights take f32 input through run() only.
+  static bool takes_bf16(const DeviceWeight& w) { return w.type() != GgmlType::F16; }
+  // x: device [n][K] f32, rounded to f16 or bf16 into the runner's activation scratch; the pointer stays
+  // valid until the next round() or run(). Several products of one input then round it once.
+  const void* round(const float* x, int n, int64_t K, bool bf16);
+  // As run(), from x already in w's 16-bit input type (xh: [n][w.cols()]); y is f32, or with out_half the
+  // same 16-bit type (the next elementwise step reads half the bytes). Not for F32 weights.
+  void run_rounded(const DeviceWeight& w, int64_t row0, int64_t rows, const void* xh, int n, void* y, int64_t ldy,
+                   bool out_half);
+
  private:
   void* act(size_t bytes);
   void* wbuf(size_t bytes);

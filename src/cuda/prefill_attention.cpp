@@ -1,5 +1,8 @@
 #include "cuda/prefill_attention.h"
 
+#include <cstdlib>
+#include <string>
+
 #include "core/error.h"
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
@@ -11,6 +14,17 @@ namespace kvtax::cuda {
 namespace {
 
 bool rotated(kv::CodecId c) { return c == kv::CodecId::q4r || c == kv::CodecId::tq4 || c == kv::CodecId::tq3; }
+
+// Warps per block: 16 decode each K/V tile once for 256 rows instead of 128 (half the decode work per row), 8
+// let two blocks share an SM. KVTAX_PREFILL_WARPS=8|16 overrides (measurements, tests).
+int warps_for(kv::CodecId c) {
+  if (const char* e = std::getenv("KVTAX_PREFILL_WARPS")) {
+    const std::string v(e);
+    if (v == "8" || v == "16") return std::stoi(v);
+    fail("KVTAX_PREFILL_WARPS={}: expected 8 or 16", v);
+  }
+  return c == kv::CodecId::f16 ? 8 : 8;
+}
 
 }  // namespace
 
@@ -49,6 +63,7 @@ void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_he
   a.pages = kv.pages;
   a.q = q;
   a.out = out;
+  a.warps = warps_for(kv.codec);
   if (kv.codec == kv::CodecId::tq4) a.levels = t.tq4.as<float>(), a.n_levels = 16;
   if (kv.codec == kv::CodecId::tq3) a.levels = t.tq3.as<float>(), a.n_levels = 8;
   check(detail::launch_prefill(a, stream), "prefill attention launch");

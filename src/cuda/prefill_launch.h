@@ -19,6 +19,7 @@ struct PrefillArgs {
   float* out;          // same shape
   const float* levels;  // device tq codebook (n_levels entries) or nullptr
   int n_levels;
+  int warps;  // 8 (128 rows per block, two blocks per SM) or 16 (256 rows, one block; where shared memory allows)
 };
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);

@@ -4,12 +4,15 @@
 #include <gtest/gtest.h>
 
 #include <cmath>
+#include <cstdlib>
 #include <string>
 #include <vector>
 
 #include "core/error.h"
+#include "core/f16.h"
 #include "cuda/gemm.h"
 #include "cuda/prefill_attention.h"
+#include "cuda/prefill_ops.h"
 #include "ggml/quants.h"
 #include "kv/cache.h"
 #include "kv_test_util.h"
@@ -94,18 +97,23 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
       cuda::DeviceKv dkv(c, s.n_kv, s.d, len);
       dkv.copy_from(cache, 0);
       cuda::Buffer qd(q.size() * 4), out(q.size() * 4);
-      qd.upload(q.data(), q.size() * 4);
-      out.fill(0xff);  // NaN: unwritten outputs fail
-      cuda::prefill_attention(dkv.view(), qd.as<float>(), s.n, s.pos0, s.n_heads, out.as<float>());
-      cuda::check(cudaDeviceSynchronize(), "prefill attention test");
-      std::vector<float> gpu(q.size());
-      out.download(gpu.data(), gpu.size() * 4);
-      for (float x : gpu) ASSERT_TRUE(std::isfinite(x)) << kv::codec(c).name << ": unwritten or NaN output";
-      const double e = rel_l2(gpu, exact_causal(q, kd, vd, s));
-      EXPECT_LE(e, 4e-3) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
-                         << " pos0 " << s.pos0 << " n " << s.n;
-      std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d: rel-L2 %.2e\n", kv::codec(c).name, s.n_kv,
-                  s.n_heads, s.d, s.pos0, s.n, e);
+      const std::vector<double> ref = exact_causal(q, kd, vd, s);
+      for (const char* warps : {"8", "16"}) {  // both block shapes (16 falls back to 8 where it does not fit)
+        setenv("KVTAX_PREFILL_WARPS", warps, 1);
+        qd.upload(q.data(), q.size() * 4);  // rotated in place for the rotated codecs
+        out.fill(0xff);  // NaN: unwritten outputs fail
+        cuda::prefill_attention(dkv.view(), qd.as<float>(), s.n, s.pos0, s.n_heads, out.as<float>());
+        cuda::check(cudaDeviceSynchronize(), "prefill attention test");
+        std::vector<float> gpu(q.size());
+        out.download(gpu.data(), gpu.size() * 4);
+        for (float x : gpu) ASSERT_TRUE(std::isfinite(x)) << kv::codec(c).name << ": unwritten or NaN output";
+        const double e = rel_l2(gpu, ref);
+        EXPECT_LE(e, 4e-3) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
+                           << " pos0 " << s.pos0 << " n " << s.n << " warps " << warps;
+        std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d warps %2s: rel-L2 %.2e\n",
+                    kv::codec(c).name, s.n_kv, s.n_heads, s.d, s.pos0, s.n, warps, e);
+      }
+      unsetenv("KVTAX_PREFILL_WARPS");
     }
   }
 }
@@ -168,6 +176,71 @@ TEST(CudaGemm, EveryTypeMatchesReference) {
       // Columns past the part stay as they were (NaN): the GEMM writes only its rows.
       EXPECT_TRUE(std::isnan(y[size_t(ldy - 1)])) << ggml_type_name(t);
     }
+}
+
+// The prefill's 16-bit path: one rounding of x shared by several products (run_rounded), outputs written as
+// 16-bit values side by side (gate|up), then SwiGLU from and to 16 bits. Each vs float64 over the stored
+// weights and the unrounded x; bounds add one 16-bit rounding of the output to the GEMM test's.
+TEST(CudaGemm, RoundedInputHalfOutputAndSwiGluMatchReference) {
+  REQUIRE_GPU();
+  const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q4_K};
+  const int64_t ff = cuda::GemmRunner::kDequantRows / 2 + 8, cols = 256;  // 2 ff rows: two dequantization passes
+  const int n = 5;
+  cuda::GemmRunner gemm(nullptr);
+  uint32_t seed = 1700;
+  for (GgmlType t : types) {
+    const auto wf = random_normal(2 * ff * cols, seed++);
+    auto x = random_normal(n * cols, seed++);
+    const size_t rb = ggml_row_bytes(t, uint64_t(cols));
+    std::vector<uint8_t> wq(rb * 2 * ff);
+    for (int64_t r = 0; r < 2 * ff; ++r) quantize_row(t, wf.data() + r * cols, wq.data() + r * rb, cols);
+    std::vector<float> wd(size_t(2 * ff * cols));
+    for (int64_t r = 0; r < 2 * ff; ++r) dequantize_row(t, wq.data() + r * rb, wd.data() + r * cols, cols);
+    cuda::DeviceWeight w(t, 2 * ff, cols, wq.data());
+    const bool bf = cuda::GemmRunner::takes_bf16(w);
+    EXPECT_EQ(bf, t != GgmlType::F16);
+    cuda::Buffer xd(x.size() * 4), gu(size_t(n) * 2 * ff * 2), h(size_t(n) * ff * 2), yf(size_t(n) * ff * 4);
+    xd.upload(x.data(), x.size() * 4);
+    gu.fill(0xff);  // NaN as f16 and as bf16
+    h.fill(0xff);
+    yf.fill(0xff);
+    const void* xh = gemm.round(xd.as<float>(), n, cols, bf);
+    gemm.run_rounded(w, 0, 2 * ff, xh, n, gu.get(), 2 * ff, true);  // gate|up in one product, 16-bit out
+    gemm.run_rounded(w, ff, ff, xh, n, yf.get(), ff, false);          // the up rows again, f32 out
+    cuda::check(cuda::detail::silu_mul_half(gu.get(), n, int(ff), bf, h.get(), nullptr), "silu");
+    cuda::check(cudaDeviceSynchronize(), "half path test");
+    std::vector<uint16_t> g16(size_t(n) * 2 * ff), h16(size_t(n) * ff);
+    std::vector<float> y32(size_t(n) * ff);
+    gu.download(g16.data(), g16.size() * 2);
+    h.download(h16.data(), h16.size() * 2);
+    yf.download(y32.data(), y32.size() * 4);
+    auto to_f = [&](uint16_t v) { return bf ? bf16_to_f32(v) : f16_to_f32(v); };
+    std::vector<float> got_gu, got_up, got_h, want_h;
+    std::vector<double> ref_gu, ref_up;
+    for (int i = 0; i < n; ++i) {
+      for (int64_t r = 0; r < 2 * ff; ++r) {
+        double a = 0;
+        for (int64_t j = 0; j < cols; ++j) a += double(wd[size_t(r * cols + j)]) * x[size_t(i * cols + j)];
+        ref_gu.push_back(a);
+        got_gu.push_back(to_f(g16[size_t(i * 2 * ff + r)]));
+        if (r >= ff) ref_up.push_back(a), got_up.push_back(y32[size_t(i * ff + r - ff)]);
+      }
+      for (int64_t r = 0; r < ff; ++r) {  // SwiGLU of the device's own 16-bit gate and up values
+        const float g = to_f(g16[size_t(i * 2 * ff + r)]), u = to_f(g16[size_t(i * 2 * ff + ff + r)]);
+        const float e = g / (1.0f + std::exp(-g)) * u;
+        want_h.push_back(bf ? bf16_to_f32(f32_to_bf16(e)) : f16_to_f32(f32_to_f16(e)));
+        got_h.push_back(to_f(h16[size_t(i * ff + r)]));
+      }
+    }
+    for (float v : got_gu) ASSERT_TRUE(std::isfinite(v)) << ggml_type_name(t) << ": unwritten gate|up";
+    for (float v : got_h) ASSERT_TRUE(std::isfinite(v)) << ggml_type_name(t) << ": unwritten SwiGLU";
+    EXPECT_LE(rel_l2(got_gu, ref_gu), t == GgmlType::F16 ? 2e-3 : 8e-3) << ggml_type_name(t);
+    EXPECT_LE(rel_l2(got_up, ref_up), t == GgmlType::F16 ? 1.5e-3 : 6e-3) << ggml_type_name(t);
+    // One rounding of the product; exp may differ from the host's by an ulp or two.
+    double e = 0, m = 0;
+    for (size_t i = 0; i < want_h.size(); ++i) e += double(got_h[i] - want_h[i]) * (got_h[i] - want_h[i]), m += double(want_h[i]) * want_h[i];
+    EXPECT_LE(std::sqrt(e / m), bf ? 4e-3 : 1e-3) << ggml_type_name(t);
+  }
 }
 
 }  // namespace
