@@ -16,14 +16,16 @@ namespace {
 bool rotated(kv::CodecId c) { return c == kv::CodecId::q4r || c == kv::CodecId::tq4 || c == kv::CodecId::tq3; }
 
 // Warps per block: 16 decode each K/V tile once for 256 rows instead of 128 (half the decode work per row), 8
-// let two blocks share an SM. KVTAX_PREFILL_WARPS=8|16 overrides (measurements, tests).
+// let two blocks share an SM. Measured on the H200 at 32k (docs/perf.md, prefill6): 16 is 7-13% faster for
+// every decoding codec, 8 is 3% faster for f16, which has no decode. KVTAX_PREFILL_WARPS=8|16 overrides
+// (measurements, tests).
 int warps_for(kv::CodecId c) {
   if (const char* e = std::getenv("KVTAX_PREFILL_WARPS")) {
     const std::string v(e);
     if (v == "8" || v == "16") return std::stoi(v);
     fail("KVTAX_PREFILL_WARPS={}: expected 8 or 16", v);
   }
-  return c == kv::CodecId::f16 ? 8 : 8;
+  return c == kv::CodecId::f16 ? 8 : 16;
 }
 
 }  // namespace

@@ -1,6 +1,6 @@
 #pragma once
 // Causal flash attention for a prefill chunk over the paged device KV, on tensor cores. The chunk's K/V rows
-// are encoded into the pages first; each block then takes 128 (position, query head) rows of one GQA group,
+// are encoded into the pages first; each block then takes 128 or 256 (position, query head) rows of one GQA group,
 // walks the cache in tiles of 64 tokens, decodes each K and V tile from the codec format into shared memory
 // as f16 (kv::layout::unit_decode, the decoder the CPU and flash-decode use), and multiplies with
 // mma.sync m16n8k16 (f16 operands, f32 accumulation) under an online softmax. No f16 copy of the window and
