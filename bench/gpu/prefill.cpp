@@ -106,7 +106,8 @@ GemmTimes gemm_times(const cuda::CudaBackend& b, int mb, int length, cudaStream_
   cuda::Buffer x(size_t(mb) * widest * 4), y(size_t(mb) * 2 * widest * 4), h(size_t(mb) * widest * 2);
   cuda::Buffer dq(size_t(cuda::GemmRunner::kDequantRows) * widest * 2);
   cuda::check(cuda::ops::fill_normal(x.as<float>(), int64_t(mb) * widest, 17, s), "x");
-  cuda::check(cuda::detail::to_half(x.as<float>(), int64_t(mb) * widest, true, h.get(), s), "x");
+  const bool bf = cuda::GemmRunner::takes_bf16(*calls[0].w);  // F16 weights take f16 input, the rest bf16
+  cuda::check(cuda::detail::to_half(x.as<float>(), int64_t(mb) * widest, bf, h.get(), s), "x");
   cuda::GemmRunner G(s);
   cuda::EventTimer et;
   GemmTimes t;
@@ -116,7 +117,7 @@ GemmTimes gemm_times(const cuda::CudaBackend& b, int mb, int length, cudaStream_
       const int n = std::min(mb, length - off);
       for (const int64_t K : {d, d, ff}) {  // the three inputs rounded: q|k|v and gate|up's, wo's, down's
         et.start(s);
-        G.round(x.as<float>(), n, K, true);
+        G.round(x.as<float>(), n, K, bf);
         p.round += et.stop_ms(s) * 1e-3;
       }
       for (const Call& k : calls) {

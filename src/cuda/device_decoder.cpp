@@ -405,7 +405,7 @@ void CudaDecoder::run_chunk(int off, int n) {
     check(ops::rmsnorm(x, w.ffn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
     const DeviceWeight& gw = w.gate_up ? *w.gate_up : *w.gate;
     const DeviceWeight& uw = w.gate_up ? *w.gate_up : *w.up;
-    if (same_input_type({&gw, &uw, w.down.get()})) {
+    if (ff % 8 == 0 && same_input_type({&gw, &uw, w.down.get()})) {
       // gate|up side by side as 16-bit values in g's bytes ([n][2 ff]), SwiGLU straight into the down
       // product's 16-bit input in u's bytes: the [n, d_ff] intermediates cross memory in 2 bytes, once.
       const bool bf = GemmRunner::takes_bf16(gw);
