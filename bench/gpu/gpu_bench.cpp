@@ -102,7 +102,6 @@ void bench_attention(const std::vector<int>& depths, const std::vector<std::stri
           }
       }
       cuda::Buffer scratch(cuda::decode_scratch_bytes(*kvs[0], n_heads));
-      cuda::init_decode_scratch(*kvs[0], n_heads, scratch.get());
       const double ms = time_calls(
           [&](int i) {
             cuda::decode_attention(*kvs[i % copies], qd.as<float>(), n_heads, out.as<float>(), scratch.get());

@@ -1,10 +1,8 @@
 #include "cuda/attention.h"
 
 #include <algorithm>
-#include <cstdlib>
 #include <map>
 #include <mutex>
-#include <string>
 #include <tuple>
 #include <vector>
 
@@ -53,17 +51,6 @@ int splits_for(const KvView& kv, int n_heads, int len) {
   return std::min(target, max_by_len);
 }
 
-// Scratch: the arrival counters of the tensor-core kernel (one per KV head and row group), then the partials.
-size_t counter_bytes(const KvView& kv, int n_heads) {
-  return (size_t(kv.n_kv_heads) * size_t(row_groups(kv, n_heads)) * sizeof(unsigned) + 255) / 256 * 256;
-}
-
-// Off by default: on the H200 the two launches measured faster (perf.md, merge6).
-bool g_fused_merge = [] {
-  const char* e = std::getenv("KVTAX_CUDA_FUSED_MERGE");
-  return e && std::string(e) == "1";
-}();
-
 void check_heads(const KvView& kv, int n_heads) {
   if (n_heads <= 0 || n_heads % kv.n_kv_heads != 0)
     fail("CUDA attention: {} query heads is not a multiple of {} KV heads", n_heads, kv.n_kv_heads);
@@ -80,9 +67,6 @@ void ensure_tables() {
 }
 
 }  // namespace
-
-void set_decode_fused_merge(bool on) { g_fused_merge = on; }
-bool decode_fused_merge() { return g_fused_merge; }
 
 void set_decode_waves(int waves) {
   if (waves < 1 || waves > 64) fail("CUDA attention: {} waves out of range 1..64", waves);
@@ -173,12 +157,7 @@ void DeviceKv::copy_from(const KvCache& c, int layer) {
 size_t decode_scratch_bytes(const KvView& kv, int n_heads) {
   check_heads(kv, n_heads);
   const int s = splits_for(kv, n_heads, kv.max_len);
-  return counter_bytes(kv, n_heads) + size_t(n_heads) * s * (kv.head_dim + 2) * sizeof(float);
-}
-
-void init_decode_scratch(const KvView& kv, int n_heads, void* scratch) {
-  check_heads(kv, n_heads);
-  check(cudaMemset(scratch, 0, counter_bytes(kv, n_heads)), "decode attention scratch counters");
+  return size_t(n_heads) * s * (kv.head_dim + 2) * sizeof(float);
 }
 
 int decode_splits(const KvView& kv, int n_heads) {
@@ -216,9 +195,7 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   a.pages = kv.pages;
   a.q = q;
   a.out = out;
-  a.counters = static_cast<unsigned*>(scratch);
-  a.part = reinterpret_cast<float*>(static_cast<uint8_t*>(scratch) + counter_bytes(kv, n_heads));
-  a.fused = g_fused_merge;
+  a.part = static_cast<float*>(scratch);
   const CodecTables& t = codec_tables();
   a.signs = t.signs.as<float>();
   if (kv.codec == kv::CodecId::tq4) a.levels = t.tq4.as<float>(), a.n_levels = 16;

@@ -1,7 +1,6 @@
 // Flash-decode kernels: the scalar split kernel (f32, bf16: codecs the tensor-core kernel of attention_mma.cu does
-// not take) and the merge of the chunks (the tensor-core kernel's too unless it merges them itself). Thread layout
-// of the scalar split kernel: a token is read by D/8 consecutive lanes (one 8-value unit of layout.h each), so a
-// warp reads whole rows back to back (coalesced) and the
+// not take) and the merge of every codec's chunks. Thread layout of the scalar split kernel: a token is read by D/8 consecutive lanes
+// (one 8-value unit of layout.h each), so a warp reads whole rows back to back (coalesced) and the
 // block's 128 threads form 128/(D/8) independent "groups" that walk the chunk's tokens with a stride.
 // Each group keeps its own online softmax in registers; the groups are merged through shared memory at
 // the end, and the chunks by merge_kernel.
@@ -219,12 +218,11 @@ cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
   }
 }
 
-// The split kernel of the codec (tensor cores where mma_codec, which merges in the same launch unless !a.fused),
-// then the merge.
+// The split kernel of the codec (tensor cores where mma_codec), then the merge.
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   if constexpr (mma_codec(C)) {
-    if (const cudaError_t e = launch_decode_mma(a, st); e != cudaSuccess || a.fused) return e;  // merged in it
+    if (const cudaError_t e = launch_decode_mma(a, st); e != cudaSuccess) return e;
   } else {
     const int groups_of = (a.n_rep + kMaxGroupRows - 1) / kMaxGroupRows;
     const dim3 grid(a.n_splits, a.n_kv_heads, groups_of);

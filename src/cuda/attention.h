@@ -4,8 +4,7 @@
 // a single query fills every SM; each block (one KV head, one chunk, up to 16 query heads of its GQA
 // group: the M rows of the tensor-core kernel, attention_mma.cu; 8 for the scalar f32/bf16 kernel) keeps
 // an online softmax and writes an unnormalised partial; a second kernel merges the chunks with an exact
-// log-sum-exp and un-rotates the output of rotated V codecs (or, set_decode_fused_merge, the tensor-core
-// kernel's last block of each group does, in the same launch).
+// log-sum-exp and un-rotates the output of rotated V codecs.
 #include <cstddef>
 #include <cstdint>
 
@@ -69,17 +68,8 @@ class DeviceKv {
 // may be too small after it.
 void set_decode_waves(int waves);
 
-// The tensor-core kernel merges the chunks in its own launch (the last chunk block of each head group to arrive)
-// instead of a second merge kernel. Off by default (the two launches measured faster on the H200: perf.md, merge6);
-// KVTAX_CUDA_FUSED_MERGE=1 sets it at start. Applies to the calls after it (a captured graph keeps its mode).
-void set_decode_fused_merge(bool on);
-bool decode_fused_merge();
-
-// Device scratch decode_attention needs for n_heads query heads at any length up to kv.max_len. It holds arrival
-// counters that must be zero before the first call (init_decode_scratch, once after allocating it or after
-// overwriting it); every call leaves them zero again, so CUDA graph replays need nothing more.
+// Device scratch decode_attention needs for n_heads query heads at any length up to kv.max_len.
 size_t decode_scratch_bytes(const KvView& kv, int n_heads);
-void init_decode_scratch(const KvView& kv, int n_heads, void* scratch);
 // Context chunks one call uses at kv.len (for reports).
 int decode_splits(const KvView& kv, int n_heads);
 
@@ -89,9 +79,6 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
                       cudaStream_t stream = nullptr);
 
 inline size_t decode_scratch_bytes(const DeviceKv& kv, int n_heads) { return decode_scratch_bytes(kv.view(), n_heads); }
-inline void init_decode_scratch(const DeviceKv& kv, int n_heads, void* scratch) {
-  init_decode_scratch(kv.view(), n_heads, scratch);
-}
 inline int decode_splits(const DeviceKv& kv, int n_heads) { return decode_splits(kv.view(), n_heads); }
 inline void decode_attention(const DeviceKv& kv, const float* q, int n_heads, float* out, void* scratch,
                              cudaStream_t stream = nullptr) {

@@ -31,11 +31,6 @@ struct DecodeArgs {
   const float* q;
   float* out;
   float* part;  // [n_heads][n_splits][head_dim + 2]
-  // Tensor-core kernel: one arrival counter per (KV head, row group), zero between launches; the chunk block that
-  // arrives last merges the group's partials into out and puts its counter back to zero (set_decode_fused_merge).
-  // Not fused: partials only, merge_kernel merges.
-  unsigned* counters;
-  bool fused;
   const float* signs;   // device rotation signs (rotated codecs; tensor-core kernel)
   const float* levels;  // device tq codebook (n_levels entries) or nullptr
   int n_levels;
@@ -45,8 +40,7 @@ struct DecodeArgs {
 cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs);
 // cudaErrorInvalidValue for a codec / head_dim without a kernel.
 cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t stream);
-// The tensor-core split kernel (attention_mma.cu): with a.fused the whole attention (split, then the last block of
-// each head group merges), else partials into a.part for merge_kernel.
+// The tensor-core split kernel alone (attention_mma.cu): partials into a.part, no merge.
 cudaError_t launch_decode_mma(const DecodeArgs& a, cudaStream_t stream);
 cudaError_t decode_mma_blocks_per_sm(kv::CodecId codec, int head_dim, int* blocks);
 // Blocks of the split kernel for (codec, head_dim, n_rep) that fit on one SM at once.

@@ -9,10 +9,8 @@
 //   CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain) scales S and P instead;
 //   S = Q K^T (two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
 //   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand.
-// Warps merge through shared memory at the end, and the block writes the same partial (unnormalised o, max, sum) as
-// the scalar kernel, for merge_kernel. With a.fused (set_decode_fused_merge) a one-chunk block writes the output
-// itself; otherwise each block counts its arrival and the group's last block merges every chunk (exact log-sum-exp)
-// and un-rotates the output of rotated V codecs.
+// Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the
+// scalar kernel, for merge_kernel.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -56,9 +54,8 @@ struct Cfg {
   // needs the registers.
   static constexpr int kMinBlocks = D >= 256 ? 1 : kDirect ? 2 : 3;
   static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
-  static constexpr int kOut = kMerge + kRows * D * 4;  // + the group's normalised output (o_s), past the warps' merge
   static constexpr int kQ = kRows * D * 4;
-  static constexpr int kSmem = kWarps * kWarpBytes > kOut ? kWarps * kWarpBytes : kOut;
+  static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
   static_assert(kRow % 4 == 0 && kRaw % 16 == 0 && kSmem >= kQ);
 };
 
@@ -440,11 +437,6 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     }
   }
   __syncthreads();
-  // One chunk: this block holds the whole result. Otherwise it writes its partial and the last block of the group
-  // to arrive merges every chunk's (one launch: no merge kernel, no launch gap between the two).
-  const bool whole = a.fused && a.n_splits == 1;
-  float* o_s = reinterpret_cast<float*>(smem + G::kMerge);  // [kRows][D]
-  float* part0 = a.part + (size_t(h) * a.n_rep + r0) * a.n_splits * (D + 2);  // row r0, chunk 0
   for (int i = tid; i < nr * D; i += kThreads) {
     const int r = i / D, dd = i % D;
     float M = -INFINITY;
@@ -459,80 +451,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
       o_sum = fmaf(wt, rw[dd], o_sum);
       L = fmaf(wt, rw[D + 1], L);
     }
-    if (whole) {
-      o_s[r * D + dd] = L > 0.0f ? o_sum / L : 0.0f;
-      continue;
-    }
-    float* part = part0 + (size_t(r) * a.n_splits + split) * (D + 2);
+    float* part = a.part + ((size_t(h) * a.n_rep + r0 + r) * a.n_splits + split) * (D + 2);
     part[dd] = o_sum;
     if (dd == 0) {
       part[D] = M;
       part[D + 1] = L;
     }
   }
-  if (!a.fused) return;
-  if (!whole) {
-    __shared__ bool last;
-    __threadfence();  // this block's partial is visible before its arrival is counted
-    __syncthreads();
-    if (tid == 0) {
-      // atomicInc wraps to 0 past n_splits - 1: the last arrival leaves the counter as the next launch needs it.
-      const unsigned n = unsigned(a.n_splits) - 1u;
-      last = atomicInc(a.counters + size_t(h) * gridDim.z + blockIdx.z, n) == n;
-    }
-    __syncthreads();
-    if (!last) return;
-    __threadfence();
-    // Every chunk's partial of the group is written. Row maxima and sums first (a warp per row, lanes over the
-    // chunks, one pass), then each thread weighs two dims of a row over all chunks, many loads in flight: this tail
-    // is on the launch's critical path. Loads bypass L1 (__ldcg): other blocks wrote them.
-    __shared__ float row_m[kRows], row_il[kRows];
-    const int n = a.n_splits;
-    for (int r = warp; r < nr; r += kWarps) {
-      const float* pr = part0 + size_t(r) * n * (D + 2);
-      float M = -INFINITY, L = 0.0f;
-      for (int s = lane; s < n; s += 32) {
-        const float2 ml = __ldcg(reinterpret_cast<const float2*>(pr + s * (D + 2) + D));
-        if (ml.x == -INFINITY) continue;  // empty chunk
-        const float m = fmaxf(M, ml.x);
-        L = L * exp2f(M - m) + ml.y * exp2f(ml.x - m);
-        M = m;
-      }
-      float Mw = M;
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) Mw = fmaxf(Mw, __shfl_xor_sync(0xffffffffu, Mw, off));
-      L = M == -INFINITY ? 0.0f : L * exp2f(M - Mw);
-#pragma unroll
-      for (int off = 16; off > 0; off >>= 1) L += __shfl_xor_sync(0xffffffffu, L, off);
-      if (lane == 0) {
-        row_m[r] = Mw;
-        row_il[r] = L > 0.0f ? 1.0f / L : 0.0f;  // an empty group (length 0) gives zeros
-      }
-    }
-    __syncthreads();
-    for (int i = tid; i < nr * D / 2; i += kThreads) {
-      const int r = i / (D / 2), d2 = 2 * (i % (D / 2));
-      const float M = row_m[r];
-      const float* pr = part0 + size_t(r) * n * (D + 2);
-      float2 o = make_float2(0.0f, 0.0f);
-      if (M != -INFINITY) {
-#pragma unroll 16
-        for (int s = 0; s < n; ++s) {
-          const float* p = pr + s * (D + 2);
-          const float m = __ldcg(p + D);
-          const float2 v = __ldcg(reinterpret_cast<const float2*>(p + d2));
-          const float w = m == -INFINITY ? 0.0f : exp2f(m - M);  // an empty chunk's o is 0
-          o.x = fmaf(w, v.x, o.x);
-          o.y = fmaf(w, v.y, o.y);
-        }
-      }
-      o_s[r * D + d2] = o.x * row_il[r];
-      o_s[r * D + d2 + 1] = o.y * row_il[r];
-    }
-  }
-  __syncthreads();
-  if constexpr (is_rotated(C)) rotate_shared<D>(o_s, nr, true, a.signs);
-  for (int i = tid; i < nr * D; i += kThreads) a.out[(size_t(h) * a.n_rep + r0) * D + i] = o_s[i];
 }
 
 // The kernel with its dynamic shared memory allowed (once per instantiation).

@@ -79,7 +79,6 @@ void CudaDecoder::init() {
   qkv_ = f32(qd + 2 * kvd); att_ = f32(qd); gu_ = f32(2 * ff); logits_ = f32(c.n_vocab);
   gemv_scratch_ = Buffer(gemv_scratch_bytes(int64_t(cols)));
   attn_scratch_ = Buffer(decode_scratch_bytes(view(0, 1), int(c.n_heads)));
-  init_decode_scratch(view(0, 1), int(c.n_heads), attn_scratch_.get());
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_.assign(3 * kMaxBatch, 0);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";

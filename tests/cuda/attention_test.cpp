@@ -5,7 +5,6 @@
 #include <cmath>
 #include <cstdio>
 #include <cstring>
-#include <memory>
 #include <string>
 #include <vector>
 
@@ -61,16 +60,8 @@ double rel_l2(const std::vector<float>& a, const std::vector<double>& b) {
   return std::sqrt(e / m);
 }
 
-// Sets the decode merge mode for a scope: two launches (split, merge kernel) or the split kernel's own merge.
-struct MergeMode {
-  bool before;
-  explicit MergeMode(bool fused) : before(cuda::decode_fused_merge()) { cuda::set_decode_fused_merge(fused); }
-  ~MergeMode() { cuda::set_decode_fused_merge(before); }
-};
-constexpr bool kMergeModes[] = {false, true};
-
 struct Result {
-  std::vector<float> gpu[2];  // merge kernel, merged in the split kernel
+  std::vector<float> gpu;
   std::vector<double> stored;  // exact attention over the rows as stored (decoded)
   std::vector<double> input;   // exact attention over the unquantized inputs
 };
@@ -99,17 +90,13 @@ Result run(kv::CodecId c, const Shape& s, uint64_t seed, bool k_outliers = true)
   dkv.copy_from(cache, 0);
   cuda::Buffer qd(q.size() * 4), out(q.size() * 4), scratch(cuda::decode_scratch_bytes(dkv, s.n_heads));
   qd.upload(q.data(), q.size() * 4);
+  out.fill(0xff);  // NaN: any output the kernels do not write fails the finiteness check
+  scratch.fill(0xff);
+  cuda::decode_attention(dkv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
+  cuda::check(cudaDeviceSynchronize(), "attention test");
   Result r;
-  for (const bool fused : kMergeModes) {
-    const MergeMode mode(fused);
-    out.fill(0xff);  // NaN: any output the kernels do not write fails the finiteness check
-    scratch.fill(0xff);  // partials poisoned too; the counters must then be zeroed again
-    cuda::init_decode_scratch(dkv, s.n_heads, scratch.get());
-    cuda::decode_attention(dkv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
-    cuda::check(cudaDeviceSynchronize(), "attention test");
-    r.gpu[fused].resize(q.size());
-    out.download(r.gpu[fused].data(), q.size() * 4);
-  }
+  r.gpu.resize(q.size());
+  out.download(r.gpu.data(), q.size() * 4);
   r.stored = exact(q, kd, vd, s);
   r.input = exact(q, k, v, s);
   return r;
@@ -126,8 +113,7 @@ bool all_finite(const std::vector<float>& v) {
 // odd, on and past page boundaries (256 tokens), and long enough for many chunks. f32 and bf16 run the scalar kernel
 // in f32 over exactly the stored values (2e-5). The others run on the tensor cores, where q, the decoded K/V and the
 // softmax weights are rounded to f16 (11-bit significands, f32 accumulation): ~1e-3 from float64 with the outlier
-// channels of K; a wrong fragment, mask, scale or chunk gives O(1). Bound 4e-3, as for the prefill kernel. Every
-// case runs both merges: the merge kernel and the split kernel's own (set_decode_fused_merge).
+// channels of K; a wrong fragment, mask, scale or chunk gives O(1). Bound 4e-3, as for the prefill kernel.
 double kernel_bound(kv::CodecId c) { return c == kv::CodecId::f32 || c == kv::CodecId::bf16 ? 2e-5 : 4e-3; }
 
 TEST(CudaAttention, EveryCodecMatchesStoredRows) {
@@ -141,14 +127,11 @@ TEST(CudaAttention, EveryCodecMatchesStoredRows) {
     double worst = 0;
     for (const Shape& s : shapes) {
       const Result r = run(c, s, seed++);
-      for (const bool fused : kMergeModes) {
-        const char* how = fused ? " (merged in the split kernel)" : "";
-        ASSERT_TRUE(all_finite(r.gpu[fused])) << kv::codec(c).name << " len " << s.len << how << ": unwritten or NaN";
-        const double e = rel_l2(r.gpu[fused], r.stored);
-        worst = std::max(worst, e);
-        EXPECT_LE(e, kernel_bound(c)) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d "
-                                      << s.d << " len " << s.len << how;
-      }
+      ASSERT_TRUE(all_finite(r.gpu)) << kv::codec(c).name << " len " << s.len << ": unwritten or NaN output";
+      const double e = rel_l2(r.gpu, r.stored);
+      worst = std::max(worst, e);
+      EXPECT_LE(e, kernel_bound(c)) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
+                                    << " len " << s.len;
     }
     std::printf("[cuda-attention] %-4s worst rel-L2 vs float64 over the stored rows %.2e\n", kv::codec(c).name, worst);
   }
@@ -193,23 +176,19 @@ TEST(CudaAttention, PagedAndDeviceLengthMatch) {
 
     cuda::Buffer qd(q.size() * 4), out(q.size() * 4), scratch(cuda::decode_scratch_bytes(base, s.n_heads));
     qd.upload(q.data(), q.size() * 4);
-    for (const bool fused : kMergeModes) {
-      const MergeMode mode(fused);
-      std::vector<std::vector<float>> got;
-      for (const cuda::KvView& kv : {base, reversed, by_device}) {
-        out.fill(0xff);
-        scratch.fill(0xff);
-        cuda::init_decode_scratch(kv, s.n_heads, scratch.get());
-        cuda::decode_attention(kv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
-        cuda::check(cudaDeviceSynchronize(), "paged attention test");
-        got.emplace_back(q.size());
-        out.download(got.back().data(), q.size() * 4);
-        ASSERT_TRUE(all_finite(got.back())) << kv::codec(c).name << " fused " << fused;
-      }
-      EXPECT_EQ(got[0], got[1]) << kv::codec(c).name << " fused " << fused << ": reversed pages";
-      std::vector<double> ref(got[0].begin(), got[0].end());
-      EXPECT_LE(rel_l2(got[2], ref), 2e-3) << kv::codec(c).name << " fused " << fused << ": device length";
+    std::vector<std::vector<float>> got;
+    for (const cuda::KvView& kv : {base, reversed, by_device}) {
+      out.fill(0xff);
+      scratch.fill(0xff);
+      cuda::decode_attention(kv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
+      cuda::check(cudaDeviceSynchronize(), "paged attention test");
+      got.emplace_back(q.size());
+      out.download(got.back().data(), q.size() * 4);
+      ASSERT_TRUE(all_finite(got.back())) << kv::codec(c).name;
     }
+    EXPECT_EQ(got[0], got[1]) << kv::codec(c).name << ": reversed pages";
+    std::vector<double> ref(got[0].begin(), got[0].end());
+    EXPECT_LE(rel_l2(got[2], ref), 2e-3) << kv::codec(c).name << ": device length";
   }
 }
 
@@ -225,10 +204,8 @@ TEST(CudaAttention, CodecErrorWithinBounds) {
   for (int ci = 0; ci < kv::kNumCodecs; ++ci) {
     const auto c = kv::CodecId(ci);
     const Result r = run(c, s, 77 + ci, false);
-    for (const bool fused : kMergeModes) {
-      ASSERT_TRUE(all_finite(r.gpu[fused])) << kv::codec(c).name << (fused ? " merged in the split kernel" : "");
-      EXPECT_LE(rel_l2(r.gpu[fused], r.input), bound[ci]) << kv::codec(c).name << (fused ? " merged in split" : "");
-    }
+    ASSERT_TRUE(all_finite(r.gpu)) << kv::codec(c).name;
+    EXPECT_LE(rel_l2(r.gpu, r.input), bound[ci]) << kv::codec(c).name;
   }
 }
 
@@ -280,7 +257,6 @@ TEST(CudaAttention, EveryCodeValueMatchesCpuDecode) {
     qd.upload(q.data(), q.size() * 4);
     out.fill(0xff);
     scratch.fill(0xff);
-    cuda::init_decode_scratch(dkv, s.n_heads, scratch.get());
     cuda::decode_attention(dkv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
     cuda::check(cudaDeviceSynchronize(), "code value test");
     std::vector<float> got(q.size());
@@ -290,120 +266,6 @@ TEST(CudaAttention, EveryCodeValueMatchesCpuDecode) {
     std::printf("[cuda-attention] %-4s every code value: rel-L2 vs float64 %.2e\n", info.name, e);
     EXPECT_LE(e, kernel_bound(c)) << info.name;
   }
-}
-
-// K and V rows of one codec in a CPU cache, decoded back (the float64 reference's inputs) and copied to the device.
-struct Stored {
-  std::vector<float> kd, vd;
-  std::unique_ptr<cuda::DeviceKv> dkv;
-};
-
-Stored store(kv::CodecId c, const Shape& s, int capacity, uint64_t seed) {
-  KvCache cache({1, s.n_kv, s.d}, parse_kv_spec(kv::codec(c).name), size_t(s.len));
-  const auto k = outliers(size_t(s.len) * s.n_kv, s.d, seed);
-  const auto v = gaussian(size_t(s.len) * s.n_kv * s.d, seed + 1);
-  for (int p = 0; p < s.len; p += KvCache::kDefaultMaxChunk) {
-    const int n = std::min(KvCache::kDefaultMaxChunk, s.len - p);
-    cache.append(0, n, k.data() + size_t(p) * s.n_kv * s.d, v.data() + size_t(p) * s.n_kv * s.d);
-    cache.commit(n);
-  }
-  Stored r{std::vector<float>(k.size()), std::vector<float>(v.size()), nullptr};
-  for (int t = 0; t < s.len; ++t)
-    for (int h = 0; h < s.n_kv; ++h) {
-      const size_t off = (size_t(t) * s.n_kv + h) * s.d;
-      cache.read_token(0, t, h, r.kd.data() + off, r.vd.data() + off);
-    }
-  r.dkv = std::make_unique<cuda::DeviceKv>(c, s.n_kv, s.d, capacity);
-  r.dkv->copy_from(cache, 0);
-  return r;
-}
-
-// The tensor-core kernel merges in its own launch: the last chunk block of each head group to arrive (an atomic
-// counter in the scratch) merges the group and puts the counter back to zero. Many calls in a row on one scratch,
-// zeroed once, at lengths that change the number of chunks (1 chunk: no counter; many; the device-length grid with
-// empty chunks) must each match float64: a counter left off zero makes a later call's merge never run (NaN output
-// from the poison) or run early (a wrong result).
-TEST(CudaAttention, RepeatedCallsKeepTheMergeCountersClean) {
-  REQUIRE_GPU();
-  const Shape full{8, 32, 128, 5000};
-  const int lens[] = {5000, 1, 300, 4111, 64, 2048, 17, 5000, 129, 3000};
-  for (auto c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4r}) {
-    const Stored st = store(c, full, full.len, 900 + int(c));
-    const auto q = gaussian(size_t(full.n_heads) * full.d, 901 + int(c));
-    cuda::Buffer qd(q.size() * 4), out(q.size() * 4), len_dev(4);
-    cuda::Buffer scratch(cuda::decode_scratch_bytes(*st.dkv, full.n_heads));
-    qd.upload(q.data(), q.size() * 4);
-    scratch.fill(0xff);
-    cuda::init_decode_scratch(*st.dkv, full.n_heads, scratch.get());
-    std::vector<float> got(q.size());
-    int call = 0;
-    for (const int len : lens)
-      for (const int how : {0, 1, 2, 3}) {  // merge kernel / merged in the split kernel, x host / device length
-        const bool fused = how & 1, by_device = how & 2;
-        const MergeMode mode(fused);
-        st.dkv->set_len(len);
-        cuda::KvView view = st.dkv->view();
-        if (by_device) {
-          len_dev.upload(&len, 4);
-          view.len_dev = len_dev.as<int>();
-        }
-        out.fill(0xff);
-        cuda::decode_attention(view, qd.as<float>(), full.n_heads, out.as<float>(), scratch.get());
-        cuda::check(cudaDeviceSynchronize(), "repeated attention test");
-        out.download(got.data(), q.size() * 4);
-        const std::string what = std::string(kv::codec(c).name) + " call " + std::to_string(call++) + " len " +
-                                 std::to_string(len) + (by_device ? " (device length)" : "") +
-                                 (fused ? " (merged in the split kernel)" : "");
-        ASSERT_TRUE(all_finite(got)) << what << ": merge did not run";
-        EXPECT_LE(rel_l2(got, exact(q, st.kd, st.vd, Shape{full.n_kv, full.n_heads, full.d, len})), 4e-3) << what;
-      }
-  }
-}
-
-// The decode step replays one captured launch at every length: a graph of the device-length attention, replayed
-// at lengths set between replays, gives each length's attention.
-TEST(CudaAttention, GraphReplaysMatch) {
-  REQUIRE_GPU();
-  const Shape full{8, 32, 128, 3000};
-  const Stored st = store(kv::CodecId::fp8, full, full.len, 77);
-  const auto q = gaussian(size_t(full.n_heads) * full.d, 78);
-  cuda::Buffer qd(q.size() * 4), out(q.size() * 4), len_dev(4);
-  cuda::Buffer scratch(cuda::decode_scratch_bytes(*st.dkv, full.n_heads));
-  qd.upload(q.data(), q.size() * 4);
-  cuda::init_decode_scratch(*st.dkv, full.n_heads, scratch.get());
-  cuda::KvView view = st.dkv->view();
-  view.len_dev = len_dev.as<int>();
-  cudaStream_t stream;
-  cuda::check(cudaStreamCreate(&stream), "stream");  // blocking: orders with the test's default-stream copies
-  for (const bool fused : kMergeModes) {
-    const MergeMode mode(fused);
-    int len = 1;
-    len_dev.upload(&len, 4);
-    // A first call outside the capture (tables, kernel attributes), then the capture.
-    cuda::decode_attention(view, qd.as<float>(), full.n_heads, out.as<float>(), scratch.get(), stream);
-    cuda::check(cudaStreamSynchronize(stream), "warm-up");
-    cudaGraph_t graph;
-    cudaGraphExec_t exec;
-    cuda::check(cudaStreamBeginCapture(stream, cudaStreamCaptureModeThreadLocal), "begin capture");
-    cuda::decode_attention(view, qd.as<float>(), full.n_heads, out.as<float>(), scratch.get(), stream);
-    cuda::check(cudaStreamEndCapture(stream, &graph), "end capture");
-    cuda::check(cudaGraphInstantiate(&exec, graph, 0), "instantiate");
-    std::vector<float> got(q.size());
-    for (const int l : {3000, 5, 1777, 3000, 256, 2}) {
-      len = l;
-      len_dev.upload(&len, 4);
-      out.fill(0xff);
-      for (int rep = 0; rep < 3; ++rep) cuda::check(cudaGraphLaunch(exec, stream), "graph launch");
-      cuda::check(cudaStreamSynchronize(stream), "graph replay");
-      out.download(got.data(), q.size() * 4);
-      const std::string what = "len " + std::to_string(l) + (fused ? " (merged in the split kernel)" : "");
-      ASSERT_TRUE(all_finite(got)) << what;
-      EXPECT_LE(rel_l2(got, exact(q, st.kd, st.vd, Shape{full.n_kv, full.n_heads, full.d, l})), 4e-3) << what;
-    }
-    cudaGraphExecDestroy(exec);
-    cudaGraphDestroy(graph);
-  }
-  cudaStreamDestroy(stream);
 }
 
 TEST(CudaAttention, RejectsBadShapes) {
