@@ -328,25 +328,15 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     float mxb = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
     quad_max(mxa, mxb);
     // Token 0 of the tile is valid, so the new maxima are finite (exp2(-inf) = 0 rescales the empty start).
-    const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
-    const float ca = exp2f(ma - na), cb = exp2f(mb - nb);
-    ma = na;
-    mb = nb;
-    if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) {  // past the first tiles the maxima rarely move
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][0] *= ca;
-        o[dn][1] *= ca;
-        o[dn][2] *= cb;
-        o[dn][3] *= cb;
-      }
-    }
+    const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
+    // Past the first tiles the maxima rarely move, and the warp then skips the multiplies.
+    if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) scale_rows(o, ca, cb);
     uint32_t pf[4];
     float sa = 0.0f, sb = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const float p0 = exp2f(s[nt][0] - na), p1 = exp2f(s[nt][1] - na);
-      const float p2 = exp2f(s[nt][2] - nb), p3 = exp2f(s[nt][3] - nb);
+      const float p0 = exp2f(s[nt][0] - ma), p1 = exp2f(s[nt][1] - ma);
+      const float p2 = exp2f(s[nt][2] - mb), p3 = exp2f(s[nt][3] - mb);
       sa += p0 + p1;
       sb += p2 + p3;
       if constexpr (G::kFold) {

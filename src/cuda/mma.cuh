@@ -70,6 +70,28 @@ __device__ __forceinline__ void quad_sum(float& a, float& b) {
   }
 }
 
+// The online softmax's rescale for one warp's rows g and g + 8: the running maxima (ma, mb) rise to include the
+// tile's (mxa, mxb); returns the factors (base 2) by which everything accumulated before must be scaled.
+__device__ __forceinline__ float2 raise_max(float& ma, float& mb, float mxa, float mxb) {
+  const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
+  const float2 f = make_float2(exp2f(ma - na), exp2f(mb - nb));
+  ma = na;
+  mb = nb;
+  return f;
+}
+
+// Accumulator rows g times ca, rows g + 8 times cb.
+template <int N>
+__device__ __forceinline__ void scale_rows(float (&o)[N][4], float ca, float cb) {
+#pragma unroll
+  for (int i = 0; i < N; ++i) {
+    o[i][0] *= ca;
+    o[i][1] *= ca;
+    o[i][2] *= cb;
+    o[i][3] *= cb;
+  }
+}
+
 // Calls f.template operator()<C, D>() for the runtime codec and head_dim when they are among the listed ones
 // (each listed pair is one kernel instance); cudaErrorInvalidValue otherwise.
 template <kv::CodecId... Cs>

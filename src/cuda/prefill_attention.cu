@@ -237,24 +237,15 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
       }
       quad_max(mxa, mxb);
       // Key 0 is in the first step and every row sees it, so the running maxima are finite from there on.
-      const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
-      const float ca = exp2f(ma - na), cb = exp2f(mb - nb);
-      ma = na;
-      mb = nb;
+      const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
       la *= ca;
       lb *= cb;
-#pragma unroll
-      for (int dn = 0; dn < D / 8; ++dn) {
-        o[dn][0] *= ca;
-        o[dn][1] *= ca;
-        o[dn][2] *= cb;
-        o[dn][3] *= cb;
-      }
+      scale_rows(o, ca, cb);
       uint32_t pf[kSub / 16][4];
 #pragma unroll
       for (int nt = 0; nt < kSub / 8; ++nt) {
-        const float p0 = exp2f(s[nt][0] - na), p1 = exp2f(s[nt][1] - na);
-        const float p2 = exp2f(s[nt][2] - nb), p3 = exp2f(s[nt][3] - nb);
+        const float p0 = exp2f(s[nt][0] - ma), p1 = exp2f(s[nt][1] - ma);
+        const float p2 = exp2f(s[nt][2] - mb), p3 = exp2f(s[nt][3] - mb);
         la += p0 + p1;
         lb += p2 + p3;
         pf[nt / 2][(nt % 2) * 2] = pack_half2(p0, p1);

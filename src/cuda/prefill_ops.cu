@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/prefill_ops.h"
+#include "cuda/quantize_x.cuh"
 
 namespace kvtax::cuda::detail {
 namespace {
@@ -45,7 +46,7 @@ __global__ void __launch_bounds__(kThreads) silu_mul_half_kernel(const uint4* gu
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
     const float2 a = unpack2<kBf16>(gs[k]), b = unpack2<kBf16>(us[k]);
-    o[k] = pack2<kBf16>(__fmul_rn(a.x / (1.0f + expf(-a.x)), b.x), __fmul_rn(a.y / (1.0f + expf(-a.y)), b.y));
+    o[k] = pack2<kBf16>(silu_mul(a.x, b.x), silu_mul(a.y, b.y));
   }
   out[i] = make_uint4(o[0], o[1], o[2], o[3]);
 }
