@@ -11,6 +11,7 @@
 #include "core/error.h"
 #include "core/f16.h"
 #include "cuda/attention.h"
+#include "cuda_test_util.h"
 #include "kv/cache.h"
 #include "kv_test_util.h"
 
@@ -19,45 +20,14 @@ namespace {
 
 using kvtax::testing::gaussian;
 using kvtax::testing::outliers;
-
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
+using kvtax::testing::rel_l2;
 
 struct Shape { int n_kv, n_heads, d, len; };
 
-// float64 attention of one query per head over decoded rows (k, v: [len][n_kv*d]).
+// float64 attention of one query per head (at the last position) over decoded rows (k, v: [len][n_kv*d]).
 std::vector<double> exact(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
                           const Shape& s) {
-  const int rep = s.n_heads / s.n_kv, d = s.d;
-  std::vector<double> out(size_t(s.n_heads) * d, 0.0), sc(s.len);
-  for (int hq = 0; hq < s.n_heads; ++hq) {
-    const int h = hq / rep;
-    double mx = -INFINITY;
-    for (int t = 0; t < s.len; ++t) {
-      double a = 0;
-      for (int j = 0; j < d; ++j) a += double(q[size_t(hq) * d + j]) * k[(size_t(t) * s.n_kv + h) * d + j];
-      sc[t] = a / std::sqrt(double(d));
-      mx = std::max(mx, sc[t]);
-    }
-    double l = 0;
-    double* o = out.data() + size_t(hq) * d;
-    for (int t = 0; t < s.len; ++t) {
-      const double w = std::exp(sc[t] - mx);
-      l += w;
-      for (int j = 0; j < d; ++j) o[j] += w * v[(size_t(t) * s.n_kv + h) * d + j];
-    }
-    for (int j = 0; j < d; ++j) o[j] /= l;
-  }
-  return out;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<double>& b) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    e += (a[i] - b[i]) * (a[i] - b[i]);
-    m += b[i] * b[i];
-  }
-  return std::sqrt(e / m);
+  return kvtax::testing::exact_attention(q, k, v, s.n_kv, s.n_heads, s.d, s.len - 1, 1);
 }
 
 struct Result {

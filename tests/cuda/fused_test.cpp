@@ -11,15 +11,13 @@
 #include "cuda/gemv.h"
 #include "cuda/gemv_launch.h"
 #include "cuda/ops.h"
+#include "cuda_test_util.h"
 #include "ggml/quants.h"
 #include "ops/cpu/elementwise.h"
 #include "random_values.h"
 
 namespace kvtax {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
 
 std::vector<float> download(const cuda::Buffer& b, size_t n) {
   cuda::check(cudaDeviceSynchronize(), "fused test");

@@ -6,15 +6,13 @@
 
 #include "core/error.h"
 #include "cuda/gemv.h"
+#include "cuda_test_util.h"
 #include "ggml/quants.h"
 #include "ops/cpu/matmul.h"
 #include "random_values.h"
 
 namespace kvtax {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
 
 // x as the GPU quantizes it for integer dots: per 32 values d = max|x|/127, q = round(x/d).
 std::vector<float> quantized_x(const std::vector<float>& x) {

@@ -9,15 +9,13 @@
 
 #include "cuda/kv_encode.h"
 #include "cuda/ops.h"
+#include "cuda_test_util.h"
 #include "kv/codecs/codec.h"
 #include "kv/rotation.h"
 #include "kv_test_util.h"
 
 namespace kvtax {
 namespace {
-
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
 
 TEST(CudaKvEncode, EveryCodecMatchesCpuBitForBit) {
   REQUIRE_GPU();

@@ -21,14 +21,14 @@
 
 #include "core/error.h"
 #include "cuda/device_decoder.h"
+#include "cuda_test_util.h"
 #include "model/forward.h"
 #include "model/make_model.h"
 
 namespace kvtax {
 namespace {
 
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
+using kvtax::testing::rel_l2;
 
 struct Variant {
   const char* name;
@@ -55,15 +55,6 @@ std::string make(const Variant& v) {
                    .string();
   make_model(o);
   return o.out_path;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<float>& b) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < a.size(); ++i) {
-    e += double(a[i] - b[i]) * (a[i] - b[i]);
-    m += double(b[i]) * b[i];
-  }
-  return std::sqrt(e / m);
 }
 
 // Index of the largest value and the gap to the second largest.

@@ -13,6 +13,7 @@
 #include "cuda/gemm.h"
 #include "cuda/prefill_attention.h"
 #include "cuda/prefill_ops.h"
+#include "cuda_test_util.h"
 #include "ggml/quants.h"
 #include "kv/cache.h"
 #include "kv_test_util.h"
@@ -23,48 +24,9 @@ namespace {
 
 using kvtax::testing::gaussian;
 using kvtax::testing::outliers;
-
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
+using kvtax::testing::rel_l2;
 
 struct Shape { int n_kv, n_heads, d, pos0, n; };
-
-// float64 causal attention of query i (position pos0 + i) over rows 0 .. pos0 + i (k, v: [len][n_kv * d]).
-std::vector<double> exact_causal(const std::vector<float>& q, const std::vector<float>& k, const std::vector<float>& v,
-                                 const Shape& s) {
-  const int rep = s.n_heads / s.n_kv, d = s.d;
-  std::vector<double> out(size_t(s.n) * s.n_heads * d, 0.0), sc(size_t(s.pos0 + s.n));
-  for (int i = 0; i < s.n; ++i)
-    for (int hq = 0; hq < s.n_heads; ++hq) {
-      const int h = hq / rep, len = s.pos0 + i + 1;
-      const float* qr = q.data() + (size_t(i) * s.n_heads + hq) * d;
-      double mx = -INFINITY;
-      for (int t = 0; t < len; ++t) {
-        double a = 0;
-        for (int j = 0; j < d; ++j) a += double(qr[j]) * k[(size_t(t) * s.n_kv + h) * d + j];
-        sc[size_t(t)] = a / std::sqrt(double(d));
-        mx = std::max(mx, sc[size_t(t)]);
-      }
-      double l = 0;
-      double* o = out.data() + (size_t(i) * s.n_heads + hq) * d;
-      for (int t = 0; t < len; ++t) {
-        const double w = std::exp(sc[size_t(t)] - mx);
-        l += w;
-        for (int j = 0; j < d; ++j) o[j] += w * v[(size_t(t) * s.n_kv + h) * d + j];
-      }
-      for (int j = 0; j < d; ++j) o[j] /= l;
-    }
-  return out;
-}
-
-double rel_l2(const std::vector<float>& a, const std::vector<double>& b) {
-  double e = 0, m = 0;
-  for (size_t i = 0; i < b.size(); ++i) {
-    e += (a[i] - b[i]) * (a[i] - b[i]);
-    m += b[i] * b[i];
-  }
-  return std::sqrt(e / m);
-}
 
 // The K/V tiles and q go through f16 on the tensor cores (11-bit significands, f32 accumulation), so the
 // output sits ~1e-3 from the float64 attention over the stored rows; a wrong fragment, mask or scale
@@ -97,7 +59,7 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
       cuda::DeviceKv dkv(c, s.n_kv, s.d, len);
       dkv.copy_from(cache, 0);
       cuda::Buffer qd(q.size() * 4), out(q.size() * 4);
-      const std::vector<double> ref = exact_causal(q, kd, vd, s);
+      const std::vector<double> ref = kvtax::testing::exact_attention(q, kd, vd, s.n_kv, s.n_heads, s.d, s.pos0, s.n);
       for (const char* warps : {"8", "16"}) {  // both block shapes (16 falls back to 8 where it does not fit)
         setenv("KVTAX_PREFILL_WARPS", warps, 1);
         qd.upload(q.data(), q.size() * 4);  // rotated in place for the rotated codecs

@@ -12,6 +12,7 @@
 
 #include "core/error.h"
 #include "cuda/device_model.h"
+#include "cuda_test_util.h"
 #include "serve_test_util.h"
 
 namespace kvtax {
@@ -19,9 +20,6 @@ namespace {
 
 using json = nlohmann::json;
 using kvtax::testing::metric;
-
-#define REQUIRE_GPU() \
-  if (!cuda::available()) GTEST_SKIP() << "no CUDA device"
 
 class CudaServe : public ::testing::Test {
  protected:
