@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
+#include "cuda/paged_kv_args.h"
 #include "kv/codecs/formats.h"
 #include "kv/codecs/layout.h"
 #include "kv/rotation.h"
@@ -173,10 +174,7 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
     fail("CUDA attention: {} tokens past the {} the pages cover", kv.len, kv.max_len);
   ensure_tables();
   detail::DecodeArgs a{};
-  a.codec = kv.codec;
-  a.head_dim = kv.head_dim;
-  a.n_kv_heads = kv.n_kv_heads;
-  a.n_rep = n_heads / kv.n_kv_heads;
+  static_cast<detail::PagedKvArgs&>(a) = detail::paged_kv_args(kv, n_heads, q, out);
   a.len = kv.len;
   if (kv.len_dev) {
     a.len_dev = kv.len_dev;
@@ -187,19 +185,8 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
     a.chunk = ((a.len + a.n_splits - 1) / a.n_splits + align - 1) / align * align;
     a.n_splits = (a.len + a.chunk - 1) / a.chunk;  // every chunk non-empty
   }
-  a.row_bytes = kv.row_bytes;
-  a.head_stride = size_t(detail::kPageTokens) * kv.row_bytes;
-  a.page_bytes = kv.page_bytes;
-  a.v_offset = size_t(kv.n_kv_heads) * a.head_stride;
-  a.pool = kv.pool;
-  a.pages = kv.pages;
-  a.q = q;
-  a.out = out;
   a.part = static_cast<float*>(scratch);
-  const CodecTables& t = codec_tables();
-  a.signs = t.signs.as<float>();
-  if (kv.codec == kv::CodecId::tq4) a.levels = t.tq4.as<float>(), a.n_levels = 16;
-  if (kv.codec == kv::CodecId::tq3) a.levels = t.tq3.as<float>(), a.n_levels = 8;
+  a.signs = codec_tables().signs.as<float>();
   check(detail::launch_decode(a, stream), "decode attention launch");
 }
 

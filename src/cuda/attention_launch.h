@@ -21,19 +21,24 @@ constexpr int group_rows(kv::CodecId c) { return mma_codec(c) ? kMmaGroupRows : 
 // KV pages: kPageTokens tokens of one layer, K rows [kv_head][kPageTokens][row_bytes] then V rows.
 constexpr int kPageShift = 8, kPageTokens = 1 << kPageShift;
 
-struct DecodeArgs {
+// One layer's paged K/V and the q / out rows, as the decode and the prefill kernels both read them.
+struct PagedKvArgs {
   kv::CodecId codec;
-  int head_dim, n_kv_heads, n_rep, len, chunk, n_splits;
-  const int* len_dev;  // device length, read at run time (then len and chunk are unused)
+  int head_dim, n_kv_heads, n_rep;
   size_t row_bytes, head_stride, page_bytes, v_offset;  // head_stride: within a page
   const uint8_t* pool;
   const int32_t* pages;  // device: page index of tokens [i * kPageTokens, (i+1) * kPageTokens)
   const float* q;
   float* out;
-  float* part;  // [n_heads][n_splits][head_dim + 2]
-  const float* signs;   // device rotation signs (rotated codecs; tensor-core kernel)
   const float* levels;  // device tq codebook (n_levels entries) or nullptr
   int n_levels;
+};
+
+struct DecodeArgs : PagedKvArgs {
+  int len, chunk, n_splits;
+  const int* len_dev;  // device length, read at run time (then len and chunk are unused)
+  float* part;  // [n_heads][n_splits][head_dim + 2]
+  const float* signs;  // device rotation signs (rotated codecs; tensor-core kernel)
 };
 
 // Copies the tq codebooks and rotation signs into constant memory (once per process).

@@ -6,6 +6,7 @@
 #include "core/error.h"
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
+#include "cuda/paged_kv_args.h"
 #include "cuda/prefill_launch.h"
 #include "kv/codecs/formats.h"
 #include "kv/codecs/layout.h"
@@ -51,23 +52,10 @@ void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_he
   if (rotated(kv.codec))
     check(detail::launch_rotate_rows(q, rows, kv.head_dim, t.signs.as<float>(), false, stream), "q rotation");
   detail::PrefillArgs a{};
-  a.codec = kv.codec;
-  a.head_dim = kv.head_dim;
-  a.n_kv_heads = kv.n_kv_heads;
-  a.n_rep = n_heads / kv.n_kv_heads;
+  static_cast<detail::PagedKvArgs&>(a) = detail::paged_kv_args(kv, n_heads, q, out);
   a.n_tok = n_tok;
   a.pos0 = pos0;
-  a.row_bytes = kv.row_bytes;
-  a.head_stride = size_t(detail::kPageTokens) * kv.row_bytes;
-  a.page_bytes = kv.page_bytes;
-  a.v_offset = size_t(kv.n_kv_heads) * a.head_stride;
-  a.pool = kv.pool;
-  a.pages = kv.pages;
-  a.q = q;
-  a.out = out;
   a.warps = warps_for(kv.codec);
-  if (kv.codec == kv::CodecId::tq4) a.levels = t.tq4.as<float>(), a.n_levels = 16;
-  if (kv.codec == kv::CodecId::tq3) a.levels = t.tq3.as<float>(), a.n_levels = 8;
   check(detail::launch_prefill(a, stream), "prefill attention launch");
   if (rotated(kv.codec))
     check(detail::launch_rotate_rows(out, rows, kv.head_dim, t.signs.as<float>(), true, stream), "output rotation");

@@ -5,20 +5,14 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/attention_launch.h"
 #include "kv/codecs/codec.h"
 
 namespace kvtax::cuda::detail {
 
-struct PrefillArgs {
-  kv::CodecId codec;
-  int head_dim, n_kv_heads, n_rep, n_tok, pos0;
-  size_t row_bytes, head_stride, page_bytes, v_offset;
-  const uint8_t* pool;
-  const int32_t* pages;
-  const float* q;      // [n_tok][n_kv_heads * n_rep][head_dim], rotated for rotated codecs
-  float* out;          // same shape
-  const float* levels;  // device tq codebook (n_levels entries) or nullptr
-  int n_levels;
+// q, out: [n_tok][n_kv_heads * n_rep][head_dim]; q rotated for rotated codecs.
+struct PrefillArgs : PagedKvArgs {
+  int n_tok, pos0;
   int warps;  // 8 (128 rows per block, two blocks per SM) or 16 (256 rows, one block; where shared memory allows)
 };
 
