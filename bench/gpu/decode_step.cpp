@@ -2,7 +2,8 @@
 // from `kvtax make-model`), every codec, the KV filled to each depth with random vectors encoded on the
 // device, then `--steps` single-token evals timed with the host clock (each ends with the logits on the
 // host, as in generation). Roofline: the bytes one step must read (every weight matrix once, one
-// embedding row, the KV at that depth) over the measured device-to-device copy bandwidth.
+// embedding row, the KV at that depth) over the measured device-to-device copy bandwidth. With --parts, each
+// row is followed by where the step's time goes (step_parts below).
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -10,45 +11,97 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <functional>
+#include <string>
+#include <utility>
 #include <vector>
 
+#include "cuda/attention.h"
 #include "cuda/device_decoder.h"
+#include "cuda/gemv.h"
 #include "cuda/runtime.h"
+#include "gpu_bench_util.h"
 #include "model/model.h"
 
 namespace kvtax {
 namespace {
 
-double copy_bandwidth() {
-  const size_t n = size_t(2) << 30;
-  cuda::Buffer a(n), b(n);
-  a.fill(0x3c);
-  cuda::EventTimer t;
-  std::vector<float> ms;
-  for (int i = 0; i < 8; ++i) {
-    t.start();
-    cuda::check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice), "copy");
-    ms.push_back(t.stop_ms());
-  }
-  std::sort(ms.begin(), ms.end());
-  return 2.0 * double(n) / (ms[ms.size() / 2] * 1e-3) / 1e9;  // bytes read + written
-}
+using gpu_bench::copy_bandwidth;
+using gpu_bench::split;
 
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    const size_t b = std::min(s.find(',', a), s.size());
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
+// The step's kernels by class, each class launched alone over every layer back to back on the decoder's stream
+// (as the step launches them: the same matrices, shapes and fusions), timed with events, median of 5; ms per
+// step. Every layer's matrices are distinct, so each GEMV reads its weights from memory as in the step. The
+// GEMVs of quantized weights include their pass over x where the step has one (wo, down). The step minus these
+// classes is the rest: embedding, norms, RoPE + KV encode, the logits' copy to the host and the gaps between
+// kernels that the CUDA graph does not hide. Inputs are zeros (timing only).
+struct StepPart {
+  const char* name;
+  double ms;
+};
+
+std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& cd, int depth) {
+  const ModelConfig& c = b.model().config();
+  const int nh = int(c.n_heads), hd = int(c.head_dim);
+  const int64_t widest = std::max<int64_t>({c.d_model, c.d_ff, int64_t(nh) * hd, 2 * int64_t(c.d_ff), c.n_vocab});
+  const cudaStream_t s = cd.stream();
+  cuda::Buffer x(size_t(widest) * 4), u(size_t(widest) * 4), y(size_t(widest) * 4), q(size_t(nh) * hd * 4),
+      att(size_t(nh) * hd * 4), gs(cuda::gemv_scratch_bytes(widest)),
+      as(cuda::decode_scratch_bytes(cd.layer_view(0, depth), nh));
+  for (const cuda::Buffer* z : {&x, &u, &q, &gs}) cuda::check(cudaMemsetAsync(z->get(), 0, z->bytes(), s), "zero");
+  auto gemv = [&](const cuda::DeviceWeight* w, cuda::GemvFusion f = {}) {
+    if (w) cuda::gemv(*w, x.as<float>(), y.as<float>(), gs.get(), s, f);
+  };
+  // Inputs that follow a norm: quantized weights find x's codes in the scratch (the norm wrote them).
+  auto after_norm = [](const cuda::DeviceWeight* w) {
+    return cuda::GemvFusion{nullptr, w && cuda::gemv_quantizes_x(w->type())};
+  };
+  using Launch = std::function<void(const cuda::CudaBackend::Layer&, int)>;
+  const std::vector<std::pair<const char*, Launch>> classes = {
+      {"qkv", [&](const auto& w, int) {
+         for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, after_norm(m));
+       }},
+      {"attention", [&](const auto&, int l) {
+         cuda::decode_attention(cd.layer_view(l, depth), q.as<float>(), nh, att.as<float>(), as.get(), s);
+       }},
+      {"wo", [&](const auto& w, int) { gemv(w.wo.get()); }},
+      {"gate_up", [&](const auto& w, int) {
+         if (w.gate_up && !cuda::gemv_quantizes_x(w.gate_up->type()))
+           gemv(w.gate_up.get(), cuda::GemvFusion{nullptr, false, true});  // SwiGLU in the epilogue
+         else
+           for (const auto* m : {w.gate_up.get(), w.gate.get(), w.up.get()}) gemv(m, after_norm(m));
+       }},
+      {"down", [&](const auto& w, int) {
+         gemv(w.down.get(), cuda::gemv_quantizes_x(w.down->type()) ? cuda::GemvFusion{u.as<float>()} : cuda::GemvFusion{});
+       }},
+  };
+  cuda::EventTimer et;
+  auto median_ms = [&](const std::function<void()>& fn) {
+    fn();  // warm-up
+    std::vector<double> ms;
+    for (int r = 0; r < 5; ++r) {
+      et.start(s);
+      fn();
+      ms.push_back(et.stop_ms(s));
+    }
+    std::sort(ms.begin(), ms.end());
+    return ms[ms.size() / 2];
+  };
+  std::vector<StepPart> parts;
+  for (const auto& [name, launch] : classes)
+    parts.push_back({name, median_ms([&] {
+                       for (int l = 0; l < int(b.layers().size()); ++l) launch(b.layers()[size_t(l)], l);
+                     })});
+  const cuda::DeviceWeight& out = b.output();
+  parts.push_back({"logits", median_ms([&] { gemv(&out, after_norm(&out)); })});
+  return parts;
 }
 
 int run(int argc, char** argv) {
   CLI::App app{"Whole-model decode step on the CUDA device vs the bandwidth roofline"};
   std::string model_path, codecs = "f16,fp8,q8,q4r", depths = "2048,8192,32768,131072", json, label;
   int steps = 32;
+  bool parts = false;
   double copy_gbs = 0;
   app.add_option("-m,--model", model_path, "GGUF model")->required()->check(CLI::ExistingFile);
   app.add_option("--codecs", codecs, "KV codecs");
@@ -57,6 +110,7 @@ int run(int argc, char** argv) {
   app.add_option("--copy-gbs", copy_gbs, "copy bandwidth in GB/s (default: measured here)");
   app.add_option("--label", label, "weights label for the table (default: the first layer's type)");
   app.add_option("--json", json, "append one JSON line per row to this file");
+  app.add_flag("--parts", parts, "after each row, the step's time by kernel class (each class alone, all layers)");
   CLI11_PARSE(app, argc, argv);
 
   auto model = Model::load(model_path);
@@ -111,6 +165,22 @@ int run(int argc, char** argv) {
                           label, codec, depth, med, floor_ms, 100.0 * floor_ms / med, weight_read, kv_bytes,
                           copy_gbs, steps, ms.front(), ms.back())
            << "\n";
+      if (parts) {
+        const std::vector<StepPart> p = step_parts(backend, *cd, depth);
+        double sum = 0;
+        std::string line, js;
+        for (const StepPart& x : p) {
+          sum += x.ms;
+          line += fmt::format(" {} {:.3f}", x.name, x.ms);
+          js += fmt::format(R"(,"{}_ms":{:.4f})", x.name, x.ms);
+        }
+        std::printf("  parts (ms per step, each class alone):%s | rest %.3f\n", line.c_str(), med - sum);
+        std::fflush(stdout);
+        if (jf)
+          jf << fmt::format(R"({{"bench":"decode_step_parts","weights":"{}","kv":"{}","depth":{},"ms_per_token":{:.4f})",
+                            label, codec, depth, med)
+             << js << fmt::format(R"(,"rest_ms":{:.4f}}})", med - sum) << "\n";
+      }
     }
   }
   std::printf("device peak %.2f GiB (weights + KV pages + activations)\n", backend.peak_device_bytes() / 1073741824.0);
@@ -121,10 +191,5 @@ int run(int argc, char** argv) {
 }  // namespace kvtax
 
 int main(int argc, char** argv) {
-  try {
-    return kvtax::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvtax_gpu_decode_bench: %s\n", e.what());
-    return 1;
-  }
+  return kvtax::gpu_bench::guarded_main("kvtax_gpu_decode_bench", kvtax::run, argc, argv);
 }

@@ -20,12 +20,16 @@
 #include "cuda/attention.h"
 #include "cuda/gemv.h"
 #include "cuda/runtime.h"
+#include "gpu_bench_util.h"
 #include "ggml/quants.h"
 #include "kv/codecs/codec.h"
 #include "kv/rotation.h"
 
 namespace kvtax {
 namespace {
+
+using gpu_bench::copy_bandwidth;
+using gpu_bench::time_calls;
 
 constexpr size_t kRotateBytes = size_t(768) << 20;  // at least this much data between two reads of a copy
 
@@ -37,35 +41,11 @@ std::vector<float> normal(size_t n, uint32_t seed) {
   return v;
 }
 
-// Median over `reps` timings of `inner` back-to-back calls of fn(i); returns ms per call.
-double time_calls(const std::function<void(int)>& fn, int inner, int reps = 7) {
-  for (int i = 0; i < 3; ++i) fn(i);
-  cuda::check(cudaDeviceSynchronize(), "warm-up");
-  cuda::EventTimer t;
-  std::vector<double> ms;
-  int k = 0;
-  for (int r = 0; r < reps; ++r) {
-    t.start();
-    for (int i = 0; i < inner; ++i) fn(k++);
-    ms.push_back(t.stop_ms() / inner);
-  }
-  std::sort(ms.begin(), ms.end());
-  return ms[ms.size() / 2];
-}
-
 struct Row {
   std::string what, variant;
   int64_t size;  // depth (attention) or rows x cols (GEMV)
   double us, bytes, gbs, pct_copy;
 };
-
-double copy_bandwidth() {
-  const size_t n = size_t(2) << 30;
-  cuda::Buffer a(n), b(n);
-  a.fill(0x3c);
-  const double ms = time_calls([&](int) { cuda::check(cudaMemcpyAsync(b.get(), a.get(), n, cudaMemcpyDeviceToDevice), "copy"); }, 5);
-  return 2.0 * double(n) / (ms * 1e-3) / 1e9;  // bytes read + written
-}
 
 void bench_attention(const std::vector<int>& depths, const std::vector<std::string>& codecs, double copy_gbs,
                      std::vector<Row>& rows) {
@@ -249,10 +229,5 @@ int main_impl(int argc, char** argv) {
 }  // namespace kvtax
 
 int main(int argc, char** argv) {
-  try {
-    return kvtax::main_impl(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "error: %s\n", e.what());
-    return 1;
-  }
+  return kvtax::gpu_bench::guarded_main("kvtax_gpu_bench", kvtax::main_impl, argc, argv);
 }

@@ -24,10 +24,13 @@
 #include "cuda/ops.h"
 #include "cuda/prefill_attention.h"
 #include "cuda/runtime.h"
+#include "gpu_bench_util.h"
 #include "model/model.h"
 
 namespace kvtax {
 namespace {
+
+using gpu_bench::split;
 
 constexpr double kDatasheetBf16 = 989.4e12;
 
@@ -55,17 +58,6 @@ double cublas_bf16_rate() {
   cuda::check(cudaGetLastError(), "cuBLAS rate");
   std::sort(ms.begin(), ms.end());
   return 2.0 * n * double(n) * n / (ms[ms.size() / 2] * 1e-3);
-}
-
-std::vector<std::string> split(const std::string& s) {
-  std::vector<std::string> out;
-  size_t a = 0;
-  while (a <= s.size()) {
-    const size_t b = std::min(s.find(',', a), s.size());
-    if (b > a) out.push_back(s.substr(a, b - a));
-    a = b + 1;
-  }
-  return out;
 }
 
 double matmul_params(const Model& m) {
@@ -235,10 +227,5 @@ int run(int argc, char** argv) {
 }  // namespace kvtax
 
 int main(int argc, char** argv) {
-  try {
-    return kvtax::run(argc, argv);
-  } catch (const std::exception& e) {
-    std::fprintf(stderr, "kvtax_gpu_prefill_bench: %s\n", e.what());
-    return 1;
-  }
+  return kvtax::gpu_bench::guarded_main("kvtax_gpu_prefill_bench", kvtax::run, argc, argv);
 }

@@ -4,7 +4,7 @@
 #   part a: decode attention and GEMV alone (kvtax_gpu_bench) and torch's SDPA at the same shape;
 #   part b: the whole decode step of a 32-layer llama3-8b-shaped model generated here with
 #           `kvtax make-model` (BF16 and Q4_K weights) at 2k-128k KV depth per codec, vs the roofline
-#           (kvtax_gpu_decode_bench);
+#           (kvtax_gpu_decode_bench), each row followed by the step's time per kernel class;
 #   part c: prefill TTFT of a 32k prompt on the same models per codec through the batched prefill, vs the
 #           FLOP floor (kvtax_gpu_prefill_bench).
 # Results go to the folder given as $1 (default $OUT, else bench/gpu/out): nvidia_smi.txt, tests.txt,
@@ -83,7 +83,7 @@ part_b() {
   for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
     m=$(model_for "$type") || continue
     "$bin/kvtax_gpu_decode_bench" -m "$m" --label "$type" --json "$out/decode_step.jsonl" \
-      --codecs "${KVTAX_GPU_CODECS:-f16,fp8,q8,q4r}" --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
+      --parts --codecs "${KVTAX_GPU_CODECS:-f16,fp8,q8,q4r}" --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
       echo "decode bench FAILED ($type)"
   done
 }
