@@ -30,11 +30,11 @@ using gpu_bench::copy_bandwidth;
 using gpu_bench::split;
 
 // The step's kernels by class, each class launched alone over every layer back to back on the decoder's stream
-// (as the step launches them: the same matrices, shapes and fusions), timed with events, median of 5; ms per
-// step. Every layer's matrices are distinct, so each GEMV reads its weights from memory as in the step. The
-// GEMVs of quantized weights include their pass over x where the step has one (wo, down). The step minus these
-// classes is the rest: embedding, norms, RoPE + KV encode, the logits' copy to the host and the gaps between
-// kernels that the CUDA graph does not hide. Inputs are zeros (timing only).
+// (as the step launches them: the same matrices, shapes and fusions), captured into a CUDA graph and replayed,
+// median of 5; ms per step. Every layer's matrices are distinct, so each GEMV reads its weights from memory as
+// in the step. The GEMVs of quantized weights include their pass over x where the step has one (wo, down). The
+// step minus these classes is the rest: embedding, norms, RoPE + KV encode, the logits' copy to the host and the
+// gaps between kernels that the CUDA graph does not hide. Inputs are zeros (timing only).
 struct StepPart {
   const char* name;
   double ms;
@@ -75,17 +75,9 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
          gemv(w.down.get(), cuda::gemv_quantizes_x(w.down->type()) ? cuda::GemvFusion{u.as<float>()} : cuda::GemvFusion{});
        }},
   };
-  cuda::EventTimer et;
+  // One graph per class, replayed 5 times (median): the device's time, as in the step's own graph.
   auto median_ms = [&](const std::function<void()>& fn) {
-    fn();  // warm-up
-    std::vector<double> ms;
-    for (int r = 0; r < 5; ++r) {
-      et.start(s);
-      fn();
-      ms.push_back(et.stop_ms(s));
-    }
-    std::sort(ms.begin(), ms.end());
-    return ms[ms.size() / 2];
+    return gpu_bench::time_calls([&](int, cudaStream_t) { fn(); }, 1, 5, s);
   };
   std::vector<StepPart> parts;
   for (const auto& [name, launch] : classes)

@@ -10,6 +10,7 @@
 
 #include "cuda/attention_launch.h"
 #include "cuda/mma.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/rotate_shared.cuh"
 #include "kv/codecs/layout.h"
 
@@ -177,6 +178,8 @@ template <int D, bool kRotated>
 __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   __shared__ float o_s[D];
   __shared__ float red[D / 32];
+  pdl_trigger();  // the GEMV after it may start streaming its weights (pdl.cuh)
+  pdl_wait();     // the partials come from the split kernel
   const int head = blockIdx.x, dd = threadIdx.x, n = a.n_splits;
   const float* part = a.part + size_t(head) * n * (D + 2);
   float M = -INFINITY;
@@ -234,8 +237,7 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
     }
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  merge_kernel<D, is_rotated(C)><<<a.n_kv_heads * a.n_rep, D, 0, st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl(merge_kernel<D, is_rotated(C)>, a.n_kv_heads * a.n_rep, D, st, a);
 }
 
 }  // namespace

@@ -16,6 +16,7 @@
 
 #include "cuda/attention_launch.h"
 #include "cuda/mma.cuh"
+#include "cuda/pdl.cuh"
 #include "cuda/rotate_shared.cuh"
 #include "kv/codecs/layout.h"
 
@@ -37,7 +38,6 @@ struct Cfg {
   static constexpr int kHalfTile = kTok * kRow;             // raw K (or V) rows of one tile
   static constexpr int kRaw = 2 * kHalfTile;                // one stage: K rows then V rows
   static constexpr bool kDirect = C == CodecId::f16;        // raw rows are already the f16 tile
-  static constexpr int kStages = 3;                         // (kStages - 1) tiles in flight per warp
   static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile (K, then V in the same place)
   static constexpr bool kFold = layout::kRowFactor<C>;     // per-row factor folded into S and P
   // K and V codes go from the raw rows straight into B fragments, with no decoded tile in shared memory. K: each
@@ -48,11 +48,20 @@ struct Cfg {
   static constexpr bool kKReg = C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
   static constexpr int kRuns = layout::word_runs(C);       // k-steps (4 values per lane each) per code word
   static constexpr int kLaneWords = D / 16 / kRuns;        // code words of one token per lane
-  static constexpr int kWarpBytes = kStages * kRaw + (kDirect || kKReg ? 0 : kTile + 2 * kTok * 4);
   // Blocks per SM the registers are capped for: the decoding codecs' loop is bound per tile (instructions and
   // latency, not bytes; perf.md), so 3 blocks (12 warps; 4 would spill); f16 is bound by bytes at 2; head_dim 256
   // needs the registers.
   static constexpr int kMinBlocks = D >= 256 ? 1 : kDirect ? 2 : 3;
+  static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
+  // Stages of the ring: as many as the shared memory of kMinBlocks blocks per SM holds (227 KB per SM, 1 KB of it
+  // reserved per block), 2 to 6. A warp has (kStages - 1) tiles in flight, and the bytes in flight per SM are
+  // what a memory-bound loop waits on (Little's law: ~3 us of loaded latency x 30 GB/s per SM ~ 100 KB).
+  static constexpr int kWarpBudget = ((227 << 10) / kMinBlocks - (1 << 10) - 256) / kWarps - kDecoded;
+  static constexpr int kStages = kWarpBudget / kRaw < 2 ? 2 : kWarpBudget / kRaw > 6 ? 6 : kWarpBudget / kRaw;
+  static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
+  // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
+  // a quarter of its loop); f16 keeps the per-lane copies, which write the swizzled layout its ldmatrix reads need.
+  static constexpr bool kBulk = kHasBulkCopy && !kDirect;
   static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
   static constexpr int kQ = kRows * D * 4;
   static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
@@ -117,6 +126,18 @@ __device__ __forceinline__ void issue_tile(const DecodeArgs& a, const uint8_t* k
   }
 }
 
+// The same tile by bulk copy (lane 0 alone): K rows then V rows, each run contiguous in its page, all 16 rows.
+// Rows past the context hold whatever the page holds there; the loop zeroes them when the tile has landed.
+template <CodecId C, int D>
+__device__ __forceinline__ void issue_tile_bulk(const DecodeArgs& a, const uint8_t* kh, int32_t page, int t0,
+                                                uint32_t stage, uint32_t bar) {
+  using G = Cfg<C, D>;
+  const uint8_t* kr = kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * G::kRow;
+  mbar_expect_bytes(bar, G::kRaw);
+  bulk_copy(stage, kr, G::kHalfTile, bar);
+  bulk_copy(stage + G::kHalfTile, kr + a.v_offset, G::kHalfTile, bar);
+}
+
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 
 // Raw K (kHalf 0) or V (1) rows of a stage -> f16 tile dst [16][D] (swizzled), for the codebook codecs (tq4, tq3):
@@ -147,35 +168,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
   using G = Cfg<C, D>;
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float lv[16];
+  __shared__ __align__(8) uint64_t bars[kWarps][G::kStages];  // kBulk: one per stage, phase j / kStages
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int split = blockIdx.x, h = blockIdx.y;
   const int r0 = blockIdx.z * kRows, nr = min(kRows, a.n_rep - r0);
-
-  // q rows of the group, scaled (and rotated), then the A fragments (f16) in registers.
-  float* q_s = reinterpret_cast<float*>(smem);
-  {
-    const float qscale = rsqrtf(float(D)) * kLog2e;
-    for (int i = tid; i < kRows * D; i += kThreads) {
-      const int r = i / D;
-      q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
-    }
-    if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
-    __syncthreads();
-    if constexpr (is_rotated(C)) rotate_shared<D>(q_s, nr, false, a.signs);
-  }
-  uint32_t qf[D / 16][4];
-#pragma unroll
-  for (int ks = 0; ks < D / 16; ++ks) {
-    const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
-    const float* qa = q_s + g * D + d0;
-    const float* qb = q_s + (g + 8) * D + d0;
-    qf[ks][0] = pack_half2(qa[0], qa[1]);
-    qf[ks][1] = pack_half2(qb[0], qb[1]);
-    qf[ks][2] = pack_half2(qa[hi], qa[hi + 1]);
-    qf[ks][3] = pack_half2(qb[hi], qb[hi + 1]);
-  }
-  __syncthreads();  // q_s is overwritten by the stages
 
   // With len_dev (a captured graph replays this launch at every length) the chunk follows the length; chunks
   // past it are empty and leave max -inf / sum 0, which the merge weighs as nothing.
@@ -198,12 +195,85 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
   int32_t pg[G::kStages];
 #pragma unroll
   for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
-#pragma unroll
-  for (int j = 0; j < G::kStages - 1; ++j) {
-    if (j < my_tiles) issue_tile<C, D>(a, kh, pg[j], tile_t0(j), c1 - tile_t0(j), ws + j * G::kRaw, lane);
-    cp_commit();
+  // Programmatic dependent launch (pdl.cuh): until the wait, the kernels before this one may still run. The
+  // first tiles' K and V rows go into L2 meanwhile. Only the newest row is being written (by the KV encode), and L2
+  // is where that write lands too, so a prefetch cannot go stale; q, also the encode's, is read after the wait.
+  if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
+    const int j = lane / 2;
+    prefetch_l2_bulk(kh + size_t(page_of(j)) * a.page_bytes + size_t(tile_t0(j) & (kPageTokens - 1)) * G::kRow +
+                         (lane % 2 ? a.v_offset : 0),
+                     G::kHalfTile);
   }
+  pdl_trigger();  // the merge may launch: it waits for this whole grid
+  pdl_wait();
+
+  // The A fragments (f16) of the group's q rows, scaled by log2 e / sqrt(D) (and rotated). Rotated codecs rotate
+  // the rows in shared memory first, where the stages go; the others read their fragments from global memory,
+  // issued before the first tiles' copies so that both round trips overlap (packed after the copies are issued).
+  const float qscale = rsqrtf(float(D)) * kLog2e;
+  uint32_t qf[D / 16][4];
+  float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
+  if constexpr (is_rotated(C)) {
+    float* q_s = reinterpret_cast<float*>(smem);
+    for (int i = tid; i < kRows * D; i += kThreads) {
+      const int r = i / D;
+      q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
+    }
+    if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
+    __syncthreads();
+    rotate_shared<D>(q_s, nr, false, a.signs);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
+      const float* qa = q_s + g * D + d0;
+      const float* qb = q_s + (g + 8) * D + d0;
+      qf[ks][0] = pack_half2(qa[0], qa[1]);
+      qf[ks][1] = pack_half2(qb[0], qb[1]);
+      qf[ks][2] = pack_half2(qa[hi], qa[hi + 1]);
+      qf[ks][3] = pack_half2(qb[hi], qb[hi + 1]);
+    }
+    __syncthreads();  // q_s is overwritten by the stages
+  } else {
+    const float* qg = a.q + (size_t(h) * a.n_rep + r0) * D;
+    auto load = [&](int r, int d) {
+      return r < nr ? *reinterpret_cast<const float2*>(qg + r * D + d) : make_float2(0.0f, 0.0f);
+    };
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) {
+      const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
+      qraw[ks][0] = load(g, d0);
+      qraw[ks][1] = load(g + 8, d0);
+      qraw[ks][2] = load(g, d0 + hi);
+      qraw[ks][3] = load(g + 8, d0 + hi);
+    }
+  }
+
+  auto bar = [&](int j) { return smem_addr(&bars[warp][j % G::kStages]); };
+  // Starts the copy of the warp's tile j (page entry pg_j) into its stage.
+  auto issue = [&](int j, int32_t pg_j) {
+    const uint32_t stage = ws + (j % G::kStages) * G::kRaw;
+    if constexpr (G::kBulk) {
+      if (lane == 0 && j < my_tiles) issue_tile_bulk<C, D>(a, kh, pg_j, tile_t0(j), stage, bar(j));
+    } else {
+      if (j < my_tiles) issue_tile<C, D>(a, kh, pg_j, tile_t0(j), c1 - tile_t0(j), stage, lane);
+      cp_commit();
+    }
+  };
+  if constexpr (G::kBulk) {
+    if (lane == 0)
+#pragma unroll
+      for (int j = 0; j < G::kStages; ++j) mbar_init(bar(j), 1);
+    __syncwarp();
+  }
+#pragma unroll
+  for (int j = 0; j < G::kStages - 1; ++j) issue(j, pg[j]);
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
+  if constexpr (!is_rotated(C)) {
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+      for (int i = 0; i < 4; ++i) qf[ks][i] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+  }
 
   // This lane's ldmatrix rows: K (non-transposed, tokens x dims) and V (transposed).
   const int k_tok = (lane & 7) + ((lane >> 4) << 3), k_hi = (lane >> 3) & 1;
@@ -215,10 +285,21 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;  // rows g and g + 8
 
   for (int j = 0; j < my_tiles; ++j) {
-    cp_wait<G::kStages - 2>();
-    __syncwarp();
     const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
-    const uint8_t* raw = wb + (j % G::kStages) * G::kRaw;
+    uint8_t* stage = wb + (j % G::kStages) * G::kRaw;
+    if constexpr (G::kBulk) {
+      mbar_wait(bar(j), (j / G::kStages) & 1);
+      if (nvalid < kTok) {  // the context's last tile: its rows past the end decode to 0 (factor 0)
+        for (int i = nvalid * G::kRow + 4 * lane; i < G::kHalfTile; i += 128) {
+          *reinterpret_cast<uint32_t*>(stage + i) = 0;
+          *reinterpret_cast<uint32_t*>(stage + G::kHalfTile + i) = 0;
+        }
+      }
+    } else {
+      cp_wait<G::kStages - 2>();
+    }
+    __syncwarp();  // also: every lane is past tile j - 1, whose stage is refilled below
+    const uint8_t* raw = stage;
     // kKReg: this lane's K code words of tokens g and g + 8, and (block-scaled codes) the f16 scales they need.
     constexpr int kWpb = layout::kQBlock / (4 * G::kRuns), kSlots = (G::kLaneWords + kWpb - 1) / kWpb;
     uint32_t kw[2][G::kLaneWords];
@@ -252,9 +333,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     }
     {  // refill the stage tile j - 1 used (every lane is past it)
       const int jn = j + G::kStages - 1;
-      if (jn < my_tiles)
-        issue_tile<C, D>(a, kh, pg_next, tile_t0(jn), c1 - tile_t0(jn), ws + (jn % G::kStages) * G::kRaw, lane);
-      cp_commit();
+      issue(jn, pg_next);
       pg_next = page_of(jn + 1);
     }
 
@@ -335,8 +414,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     float sa = 0.0f, sb = 0.0f;
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      const float p0 = exp2f(s[nt][0] - ma), p1 = exp2f(s[nt][1] - ma);
-      const float p2 = exp2f(s[nt][2] - mb), p3 = exp2f(s[nt][3] - mb);
+      const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);
+      const float p2 = exp2_fast(s[nt][2] - mb), p3 = exp2_fast(s[nt][3] - mb);
       sa += p0 + p1;
       sb += p2 + p3;
       if constexpr (G::kFold) {
@@ -462,8 +541,7 @@ template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   if (cudaError_t e = prepared<C, D>(); e != cudaSuccess) return e;
   const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
-  mma_split_kernel<C, D><<<grid, kThreads, Cfg<C, D>::kSmem, st>>>(a);
-  return cudaGetLastError();
+  return launch_pdl_smem(mma_split_kernel<C, D>, grid, kThreads, Cfg<C, D>::kSmem, st, a);
 }
 
 template <CodecId C, int D>

@@ -54,6 +54,57 @@ __device__ __forceinline__ void cp_wait() {
   asm volatile("cp.async.wait_group %0;\n" ::"n"(N) : "memory");
 }
 
+// sm_90's bulk copy engine, which moves a contiguous run of bytes global -> shared with one instruction and
+// signals an mbarrier as the bytes land (the decode kernel's tiles). Hopper only: compute_80 builds take
+// cp_async16 instead (kHasBulkCopy).
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ < 900
+constexpr bool kHasBulkCopy = false;
+#else
+constexpr bool kHasBulkCopy = true;
+#endif
+
+__device__ __forceinline__ void mbar_init(uint32_t bar, uint32_t arrivals) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.init.shared::cta.b64 [%0], %1;\n" ::"r"(bar), "r"(arrivals) : "memory");
+  asm volatile("fence.mbarrier_init.release.cluster;\n" ::: "memory");  // visible to the copy engine
+#endif
+}
+// One arrival that also tells the barrier to expect `bytes` more from bulk copies before its phase completes.
+__device__ __forceinline__ void mbar_expect_bytes(uint32_t bar, uint32_t bytes) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("mbarrier.arrive.expect_tx.shared::cta.b64 _, [%0], %1;\n" ::"r"(bar), "r"(bytes) : "memory");
+#endif
+}
+// Waits until the barrier's phase with this parity has completed.
+__device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile(
+      "{\n .reg .pred done;\n WAIT:\n"
+      " mbarrier.try_wait.parity.shared::cta.b64 done, [%0], %1;\n"
+      " @!done bra WAIT;\n}\n" ::"r"(bar),
+      "r"(parity)
+      : "memory");
+#endif
+}
+// `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared, completing on `bar`. The fence
+// orders this thread's (and, after a __syncwarp, its warp's) earlier plain accesses of dst before the copy's writes.
+__device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {
+#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
+  asm volatile("fence.proxy.async.shared::cta;\n" ::: "memory");
+  asm volatile("cp.async.bulk.shared::cluster.global.mbarrier::complete_tx::bytes [%0], [%1], %2, [%3];\n" ::"r"(dst),
+               "l"(src), "r"(bytes), "r"(bar)
+               : "memory");
+#endif
+}
+
+// 2^x on the special-function unit alone (exp2f adds a range check and two multiplies per call); results under
+// 2^-126 flush to zero, which softmax weights that small are in f16 anyway.
+__device__ __forceinline__ float exp2_fast(float x) {
+  float y;
+  asm("ex2.approx.ftz.f32 %0, %1;\n" : "=f"(y) : "f"(x));
+  return y;
+}
+
 // The four lanes of a quad (same g) hold one row pair of a C fragment: combine their values of rows g and g+8.
 __device__ __forceinline__ void quad_max(float& a, float& b) {
 #pragma unroll
@@ -74,7 +125,7 @@ __device__ __forceinline__ void quad_sum(float& a, float& b) {
 // tile's (mxa, mxb); returns the factors (base 2) by which everything accumulated before must be scaled.
 __device__ __forceinline__ float2 raise_max(float& ma, float& mb, float mxa, float mxb) {
   const float na = fmaxf(ma, mxa), nb = fmaxf(mb, mxb);
-  const float2 f = make_float2(exp2f(ma - na), exp2f(mb - nb));
+  const float2 f = make_float2(exp2_fast(ma - na), exp2_fast(mb - nb));
   ma = na;
   mb = nb;
   return f;

@@ -244,8 +244,8 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
       uint32_t pf[kSub / 16][4];
 #pragma unroll
       for (int nt = 0; nt < kSub / 8; ++nt) {
-        const float p0 = exp2f(s[nt][0] - ma), p1 = exp2f(s[nt][1] - ma);
-        const float p2 = exp2f(s[nt][2] - mb), p3 = exp2f(s[nt][3] - mb);
+        const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);
+        const float p2 = exp2_fast(s[nt][2] - mb), p3 = exp2_fast(s[nt][3] - mb);
         la += p0 + p1;
         lb += p2 + p3;
         pf[nt / 2][(nt % 2) * 2] = pack_half2(p0, p1);
