@@ -19,6 +19,8 @@
 #include "cuda/attention.h"
 #include "cuda/device_decoder.h"
 #include "cuda/gemv.h"
+#include "cuda/kv_encode.h"
+#include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "gpu_bench_util.h"
 #include "model/model.h"
@@ -33,8 +35,9 @@ using gpu_bench::split;
 // (as the step launches them: the same matrices, shapes and fusions), captured into a CUDA graph and replayed,
 // median of 5; ms per step. Every layer's matrices are distinct, so each GEMV reads its weights from memory as
 // in the step. The GEMVs of quantized weights include their pass over x where the step has one (wo, down). The
-// step minus these classes is the rest: embedding, norms, RoPE + KV encode, the logits' copy to the host and the
-// gaps between kernels that the CUDA graph does not hide. Inputs are zeros (timing only).
+// step minus these classes is the rest: the embedding, the output norm, the logits' copy to the host, per-head
+// q/k norms and biases where the model has them, and the gaps between kernels that PDL and the CUDA graph do not
+// hide. Inputs are zeros (timing only).
 struct StepPart {
   const char* name;
   double ms;
@@ -48,7 +51,7 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
   cuda::Buffer x(size_t(widest) * 4), u(size_t(widest) * 4), y(size_t(widest) * 4), q(size_t(nh) * hd * 4),
       att(size_t(nh) * hd * 4), gs(cuda::gemv_scratch_bytes(widest)),
       as(cuda::decode_scratch_bytes(cd.layer_view(0, depth), nh));
-  for (const cuda::Buffer* z : {&x, &u, &q, &gs}) cuda::check(cudaMemsetAsync(z->get(), 0, z->bytes(), s), "zero");
+  for (const cuda::Buffer* z : {&x, &u, &y, &q, &gs}) cuda::check(cudaMemsetAsync(z->get(), 0, z->bytes(), s), "zero");
   auto gemv = [&](const cuda::DeviceWeight* w, cuda::GemvFusion f = {}) {
     if (w) cuda::gemv(*w, x.as<float>(), y.as<float>(), gs.get(), s, f);
   };
@@ -56,8 +59,26 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
   auto after_norm = [](const cuda::DeviceWeight* w) {
     return cuda::GemvFusion{nullptr, w && cuda::gemv_quantizes_x(w->type())};
   };
+  // The residual add + norm before the attention and before the FFN, each writing x's codes where the GEMV
+  // after it quantizes x (as the step's add_norm does).
+  auto add_norm = [&](const cuda::Buffer& w, const cuda::DeviceWeight* next) {
+    const bool codes = next && cuda::gemv_quantizes_x(next->type());
+    cuda::check(cuda::ops::add_rmsnorm(x.as<float>(), y.as<float>(), w.as<float>(), u.as<float>(), int(c.d_model),
+                                       c.rms_eps, s, codes ? cuda::detail::gemv_quant_x(gs.get(), c.d_model)
+                                                           : cuda::detail::QuantX{}),
+                "norm");
+  };
   using Launch = std::function<void(const cuda::CudaBackend::Layer&, int)>;
   const std::vector<std::pair<const char*, Launch>> classes = {
+      {"norms", [&](const auto& w, int) {
+         add_norm(w.attn_norm, w.wqkv ? w.wqkv.get() : w.wq.get());
+         add_norm(w.ffn_norm, w.gate_up ? w.gate_up.get() : w.gate.get());
+       }},
+      {"kv_encode", [&](const auto&, int l) {  // RoPE + encode of one token, rewriting the row at depth - 1
+         const float* k = y.as<float>();
+         cuda::encode_kv_rope(cd.layer_target(l), q.as<float>(), nh, k, k + size_t(c.n_kv_heads) * hd, 1, depth - 1,
+                              b.rope(), s);
+       }},
       {"qkv", [&](const auto& w, int) {
          for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, after_norm(m));
        }},

@@ -51,6 +51,7 @@ class CudaDecoder : public DeviceDecoder {
   cudaStream_t stream() const { return stream_; }
   // Layer `layer`'s pages as the attention kernels read them, len tokens (benchmarks).
   KvView layer_view(int layer, int len) const { return view(layer, len); }
+  KvTarget layer_target(int layer) const { return target(layer); }
   // Single-token evals replay one captured CUDA graph of the whole step (default; KVTAX_CUDA_GRAPH=0 turns
   // it off) instead of launching its ~15-20 kernels per layer one by one.
   void use_graph(bool on) { use_graph_ = on; }

@@ -1,10 +1,9 @@
 // Elementwise helpers of the prefill GEMM: activations rounded to 16 bits, quantized weights expanded to bf16.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include "cuda/dequant.cuh"
 #include "cuda/gemm.h"
+#include "cuda/half_pack.cuh"
 
 namespace kvtax::cuda::detail {
 namespace {
@@ -15,15 +14,9 @@ __global__ void to_half_kernel(const float* x, int64_t n, bool bf16, uint16_t* o
   const int64_t i = (int64_t(blockIdx.x) * kThreads + threadIdx.x) * 2;
   if (i >= n) return;
   const float a = x[i], b = i + 1 < n ? x[i + 1] : 0.0f;
-  if (bf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    out[i] = __bfloat16_as_ushort(h.x);
-    if (i + 1 < n) out[i + 1] = __bfloat16_as_ushort(h.y);
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    out[i] = __half_as_ushort(h.x);
-    if (i + 1 < n) out[i + 1] = __half_as_ushort(h.y);
-  }
+  const uint32_t p = bf16 ? pack_pair<true>(a, b) : pack_pair<false>(a, b);
+  out[i] = uint16_t(p);
+  if (i + 1 < n) out[i + 1] = uint16_t(p >> 16);
 }
 
 // 8 values per thread: two 16-byte loads, one 16-byte store (n % 8 == 0, both pointers 16-byte aligned).
@@ -33,18 +26,7 @@ __global__ void to_half8_kernel(const float4* x, int64_t n8, uint4* out) {
   if (i >= n8) return;
   const float4 a = x[2 * i], b = x[2 * i + 1];
   const float v[8] = {a.x, a.y, a.z, a.w, b.x, b.y, b.z, b.w};
-  uint32_t p[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    if constexpr (kBf16) {
-      const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-      p[k] = uint32_t(__bfloat16_as_ushort(h.x)) | (uint32_t(__bfloat16_as_ushort(h.y)) << 16);
-    } else {
-      const __half2 h = __floats2half2_rn(v[2 * k], v[2 * k + 1]);
-      p[k] = uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
-    }
-  }
-  out[i] = make_uint4(p[0], p[1], p[2], p[3]);
+  out[i] = pack8<kBf16>(v);
 }
 
 // One thread per 8 consecutive values (cols is a multiple of 32): one 16-byte store.
@@ -74,13 +56,7 @@ __global__ void dequant_kernel(const uint8_t* w, size_t row_bytes, int64_t row0,
 #pragma unroll
     for (int k = 0; k < 8; ++k) v[k] = dequant_at<T>(row, c0 + k);
   }
-  uint32_t p[4];
-#pragma unroll
-  for (int k = 0; k < 4; ++k) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(v[2 * k], v[2 * k + 1]);
-    p[k] = uint32_t(__bfloat16_as_ushort(h.x)) | (uint32_t(__bfloat16_as_ushort(h.y)) << 16);
-  }
-  out[u] = make_uint4(p[0], p[1], p[2], p[3]);
+  out[u] = pack8<true>(v);
 }
 
 }  // namespace

@@ -1,8 +1,7 @@
 // Kernels of prefill_ops.h: 8 values per thread, 16-byte loads and stores.
-#include <cuda_bf16.h>
-#include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/half_pack.cuh"
 #include "cuda/prefill_ops.h"
 #include "cuda/quantize_x.cuh"
 
@@ -10,30 +9,6 @@ namespace kvtax::cuda::detail {
 namespace {
 
 constexpr int kThreads = 256;
-
-template <bool kBf16>
-__device__ __forceinline__ float2 unpack2(uint32_t v) {
-  if constexpr (kBf16) {
-    return make_float2(__uint_as_float(v << 16), __uint_as_float(v & 0xffff0000u));
-  } else {
-    __half2 h;
-    memcpy(&h, &v, 4);
-    return __half22float2(h);
-  }
-}
-
-template <bool kBf16>
-__device__ __forceinline__ uint32_t pack2(float a, float b) {
-  uint32_t r;
-  if constexpr (kBf16) {
-    const __nv_bfloat162 h = __floats2bfloat162_rn(a, b);
-    memcpy(&r, &h, 4);
-  } else {
-    const __half2 h = __floats2half2_rn(a, b);
-    memcpy(&r, &h, 4);
-  }
-  return r;
-}
 
 template <bool kBf16>
 __global__ void __launch_bounds__(kThreads) silu_mul_half_kernel(const uint4* gu, int64_t rows, int ff8, uint4* out) {
@@ -45,8 +20,8 @@ __global__ void __launch_bounds__(kThreads) silu_mul_half_kernel(const uint4* gu
   uint32_t o[4];
 #pragma unroll
   for (int k = 0; k < 4; ++k) {
-    const float2 a = unpack2<kBf16>(gs[k]), b = unpack2<kBf16>(us[k]);
-    o[k] = pack2<kBf16>(silu_mul(a.x, b.x), silu_mul(a.y, b.y));
+    const float2 a = unpack_pair<kBf16>(gs[k]), b = unpack_pair<kBf16>(us[k]);
+    o[k] = pack_pair<kBf16>(silu_mul(a.x, b.x), silu_mul(a.y, b.y));
   }
   out[i] = make_uint4(o[0], o[1], o[2], o[3]);
 }
