@@ -64,8 +64,11 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
   if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
   __syncthreads();
-  double tot = 0;
-  for (int k = 0; k < T / 32; ++k) tot += part[k];
+  // Every warp sums the (at most 32) warp partials with shuffles, not a serial loop of dependent adds, and takes
+  // lane 0's total, so every thread scales by the same mean.
+  double tot = (threadIdx.x & 31) < T / 32 ? part[threadIdx.x & 31] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+  tot = __shfl_sync(0xffffffffu, tot, 0);
   const float mean = float(tot / n);
   const float scale = 1.0f / sqrtf(mean + eps);
   float* orow = out + size_t(blockIdx.x) * n;
