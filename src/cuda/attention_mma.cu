@@ -2,8 +2,9 @@
 // to 16 query heads of its GQA group as the M rows of mma.sync m16n8k16 (rows past the group are zero). Each warp
 // walks its own tiles of 16 tokens (tiles w, w+4, ... of the chunk) with its own online softmax, so the loop needs
 // no block barrier:
-//   cp.async copies the tile's raw K and V rows into a ring of kStages shared-memory stages (zero-fill past the
-//   chunk), several tiles ahead;
+//   the tile's raw K and V rows land in a ring of kStages shared-memory stages, several tiles ahead: by two bulk
+//   copies from lane 0 and an mbarrier per stage for the decoding codecs (rows past the context are zeroed when
+//   they land), by per-lane cp.async into the swizzled layout for f16 (zero-fill past the chunk);
 //   f16 rows are used as they land (ldmatrix); fp8 / q8 / q4 / q4r code words go from the stage straight into
 //   mma B fragments (layout::word_decode_half, Cfg::kKReg); tq4 / tq3 are decoded by layout::unit_decode (the
 //   CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain) scales S and P instead;
