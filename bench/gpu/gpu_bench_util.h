@@ -53,9 +53,13 @@ inline double time_calls(const std::function<void(int, cudaStream_t)>& fn, int i
     std::sort(ms.begin(), ms.end());
     return ms[ms.size() / 2];
   } catch (...) {
-    cudaGraph_t partial = nullptr;
-    cudaStreamEndCapture(stream, &partial);  // a throw mid-capture leaves the stream capturing
-    if (partial) cudaGraphDestroy(partial);
+    cudaStreamCaptureStatus status = cudaStreamCaptureStatusNone;
+    if (cudaStreamIsCapturing(stream, &status) == cudaSuccess && status != cudaStreamCaptureStatusNone) {
+      cudaGraph_t partial = nullptr;  // a throw mid-capture leaves the stream capturing
+      cudaStreamEndCapture(stream, &partial);
+      if (partial) cudaGraphDestroy(partial);
+    }
+    cudaGetLastError();  // the failed capture's error is reported by the throw, not by the next launch check
     release();
     throw;
   }
