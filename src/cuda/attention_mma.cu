@@ -172,6 +172,29 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
   }
 }
 
+// K (kKReg): the lane's code words of tokens g and g + 8 (kw[0], kw[1]) decoded, block scales applied, one k-step
+// at a time: f(ks, g_lo, g_hi, g8_lo, g8_hi) with the values of k 2c, 2c + 1 (lo) and 2c + 8, 2c + 9 (hi) of each
+// token, which both kernel forms take as fragments (B of S = Q K^T, A of S^T = K Q^T).
+template <CodecId C, int D, class F>
+__device__ __forceinline__ void for_each_k_step(const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
+                                                const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const F& f) {
+  using G = Cfg<C, D>;
+#pragma unroll
+  for (int i = 0; i < G::kLaneWords; ++i) {
+    __half2 h[2][2 * G::kRuns];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      layout::word_decode_half<C>(kw[nt][i], h[nt]);
+      if constexpr (!G::kFold) {
+#pragma unroll
+        for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / G::kWpb]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < G::kRuns; ++r) f(i * G::kRuns + r, h[0][2 * r], h[0][2 * r + 1], h[1][2 * r], h[1][2 * r + 1]);
+  }
+}
+
 // V (kKReg): code word w of tokens 2c, 2c+1 (pair 0) and 2c+8, 2c+9 (pair 1), block scales applied, as
 // h[pair][half][k]: the pair's two tokens side by side (bytes interleaved token by token), word half 0 (values 0, 1
 // of each run) or 1 (values 2, 3). Both kernel forms take these as fragments: B of O = P V, A of O^T = V^T P^T.
@@ -232,25 +255,10 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
                                           float& l0, float& l1) {
   using G = Cfg<C, D>;
   float st[2][4] = {};  // two independent chains (k-step parity)
-#pragma unroll
-  for (int i = 0; i < G::kLaneWords; ++i) {
-    __half2 h[2][2 * G::kRuns];
-#pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      layout::word_decode_half<C>(kw[nt][i], h[nt]);
-      if constexpr (!G::kFold) {
-#pragma unroll
-        for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / G::kWpb]);
-      }
-    }
-#pragma unroll
-    for (int r = 0; r < G::kRuns; ++r) {
-      const int ks = i * G::kRuns + r;
-      const uint32_t a[4] = {half2_bits(h[0][2 * r]), half2_bits(h[1][2 * r]), half2_bits(h[0][2 * r + 1]),
-                             half2_bits(h[1][2 * r + 1])};
-      mma_16816(st[ks & 1], a, qb[ks][0], qb[ks][1]);
-    }
-  }
+  for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+    const uint32_t a[4] = {half2_bits(g_lo), half2_bits(g8_lo), half2_bits(g_hi), half2_bits(g8_hi)};
+    mma_16816(st[ks & 1], a, qb[ks][0], qb[ks][1]);
+  });
   // s[e]: token g (e < 2) or g + 8, head 2c + (e & 1). fp8's row scales of those tokens scale S and P.
   float fk[2] = {1.0f, 1.0f}, fv[2] = {1.0f, 1.0f};
   if constexpr (G::kFold) {
@@ -509,24 +517,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) s2[p][nt][0] = s2[p][nt][1] = s2[p][nt][2] = s2[p][nt][3] = 0.0f;
       if constexpr (G::kKReg) {
-#pragma unroll
-        for (int i = 0; i < G::kLaneWords; ++i) {
-          __half2 h[2][2 * G::kRuns];
-#pragma unroll
-          for (int nt = 0; nt < 2; ++nt) {
-            layout::word_decode_half<C>(kw[nt][i], h[nt]);
-            if constexpr (!G::kFold) {
-#pragma unroll
-              for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / kWpb]);
-            }
-          }
-#pragma unroll
-          for (int r = 0; r < G::kRuns; ++r) {
-            const int ks = i * G::kRuns + r;
-            mma_16816(s2[ks & 1][0], qf[ks], half2_bits(h[0][2 * r]), half2_bits(h[0][2 * r + 1]));
-            mma_16816(s2[ks & 1][1], qf[ks], half2_bits(h[1][2 * r]), half2_bits(h[1][2 * r + 1]));
-          }
-        }
+        for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+          mma_16816(s2[ks & 1][0], qf[ks], half2_bits(g_lo), half2_bits(g_hi));
+          mma_16816(s2[ks & 1][1], qf[ks], half2_bits(g8_lo), half2_bits(g8_hi));
+        });
       } else {
 #pragma unroll
         for (int ks = 0; ks < D / 16; ++ks) {
@@ -626,41 +620,32 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   // Merge the warps, then write this chunk's partial (unnormalised output, max, sum) for rows of the group.
   __syncthreads();  // every warp is done with its stages
   float* red = reinterpret_cast<float*>(smem);  // [kWarps][kRows][D + 2]
-  if constexpr (kSwap) {  // heads 2c, 2c + 1; their sums over the 8 lane groups' tokens
+  // This lane's two rows of red: heads g and g + 8, or (kSwap) heads 2c and 2c + 1, whose sums so far cover only
+  // this lane's tokens. Accumulator e of a tile is row e >> 1 at dim e & 1 of the pair, or (kSwap: O^T) the reverse.
+  if constexpr (kSwap) {
 #pragma unroll
     for (int off = 4; off < 32; off <<= 1) {
       la += __shfl_xor_sync(0xffffffffu, la, off);
       lb += __shfl_xor_sync(0xffffffffu, lb, off);
     }
-    float* ra = red + (warp * kRows + 2 * c) * (D + 2);
-    float* rb = ra + (D + 2);
-#pragma unroll
-    for (int mt = 0; mt < D / 16; ++mt) {
-      const int d0 = swap_dim<C, D>(mt, g, 0), d1 = swap_dim<C, D>(mt, g, 1);
-      ra[d0] = o[mt][0];
-      rb[d0] = o[mt][1];
-      ra[d1] = o[mt][2];
-      rb[d1] = o[mt][3];
-    }
-    if (g == 0) {
-      ra[D] = ma;
-      ra[D + 1] = la;
-      rb[D] = mb;
-      rb[D + 1] = lb;
-    }
   } else {
     quad_sum(la, lb);
-    float* ra = red + (warp * kRows + g) * (D + 2);
-    float* rb = ra + 8 * (D + 2);
+  }
+  {
+    float* ra = red + (warp * kRows + (kSwap ? 2 * c : g)) * (D + 2);
+    float* rb = ra + (kSwap ? 1 : 8) * (D + 2);
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int d0 = o_dim<C, D>(dn, 2 * c), d1 = o_dim<C, D>(dn, 2 * c + 1);
-      ra[d0] = o[dn][0];
-      ra[d1] = o[dn][1];
-      rb[d0] = o[dn][2];
-      rb[d1] = o[dn][3];
+    for (int t = 0; t < kOTiles; ++t) {
+      int d[2];
+      if constexpr (kSwap) d[0] = swap_dim<C, D>(t, g, 0), d[1] = swap_dim<C, D>(t, g, 1);
+      else d[0] = o_dim<C, D>(t, 2 * c), d[1] = o_dim<C, D>(t, 2 * c + 1);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = kSwap ? e & 1 : e >> 1, dim = d[kSwap ? e >> 1 : e & 1];
+        (row ? rb : ra)[dim] = o[t][e];
+      }
     }
-    if (c == 0) {
+    if ((kSwap ? g : c) == 0) {
       ra[D] = ma;
       ra[D + 1] = la;
       rb[D] = mb;
