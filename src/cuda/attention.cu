@@ -210,7 +210,7 @@ int nrep_block(int n_rep) { return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 
 template <CodecId C, int D>
 cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
   if constexpr (mma_codec(C)) {
-    return decode_mma_blocks_per_sm(C, D, blocks);
+    return decode_mma_blocks_per_sm(C, D, n_rep, blocks);
   } else {
     switch (nrep_block(n_rep)) {
       case 1: return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, 1>, kDecodeThreads, 0);

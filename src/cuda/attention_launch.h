@@ -47,7 +47,7 @@ cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels
 cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t stream);
 // The tensor-core split kernel alone (attention_mma.cu): partials into a.part, no merge.
 cudaError_t launch_decode_mma(const DecodeArgs& a, cudaStream_t stream);
-cudaError_t decode_mma_blocks_per_sm(kv::CodecId codec, int head_dim, int* blocks);
+cudaError_t decode_mma_blocks_per_sm(kv::CodecId codec, int head_dim, int n_rep, int* blocks);
 // Blocks of the split kernel for (codec, head_dim, n_rep) that fit on one SM at once.
 cudaError_t decode_blocks_per_sm(kv::CodecId codec, int head_dim, int n_rep, int* blocks);
 

@@ -15,6 +15,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "cuda/attention_launch.h"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
@@ -33,7 +36,11 @@ static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
 
 constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
 
-template <CodecId C, int D>
+// kSwap: the GQA kernel (kKReg codecs, groups of up to 8 query heads): S^T = K Q^T and O^T = V^T P^T, the tile's
+// 16 tokens (and O's dims) as the M rows of m16n8k16, the group's heads as its 8 columns. Half the MMAs of the
+// heads-as-rows form (whose M rows are mostly padding for groups of 4) and half the accumulator registers, so 4
+// blocks fit per SM.
+template <CodecId C, int D, bool kSwap = false>
 struct Cfg {
   static constexpr int kRow = int(layout::row_bytes(C, D));
   static constexpr int kHalfTile = kTok * kRow;             // raw K (or V) rows of one tile
@@ -49,10 +56,12 @@ struct Cfg {
   static constexpr bool kKReg = C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
   static constexpr int kRuns = layout::word_runs(C);       // k-steps (4 values per lane each) per code word
   static constexpr int kLaneWords = D / 16 / kRuns;        // code words of one token per lane
+  // Block-scaled codes (q8, q4, q4r): code words per block of kQBlock values, and the blocks a lane's K words span.
+  static constexpr int kWpb = layout::kQBlock / (4 * kRuns), kSlots = (kLaneWords + kWpb - 1) / kWpb;
   // Blocks per SM the registers are capped for: the decoding codecs' loop is bound per tile (instructions and
   // latency, not bytes; perf.md), so 3 blocks (12 warps; 4 would spill); f16 is bound by bytes at 2; head_dim 256
   // needs the registers.
-  static constexpr int kMinBlocks = D >= 256 ? 1 : kDirect ? 2 : 3;
+  static constexpr int kMinBlocks = kSwap ? (D >= 256 ? 2 : 4) : D >= 256 ? 1 : kDirect ? 2 : 3;
   static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
   // Stages of the ring: as many as the shared memory of kMinBlocks blocks per SM holds (227 KB per SM, 1 KB of it
   // reserved per block), 2 to 6. A warp has (kStages - 1) tiles in flight, and the bytes in flight per SM are
@@ -163,10 +172,154 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
   }
 }
 
-// grid (n_splits, n_kv_heads, row groups of 16 query heads).
-template <CodecId C, int D>
-__global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
+// K (kKReg): the lane's code words of tokens g and g + 8 (kw[0], kw[1]) decoded, block scales applied, one k-step
+// at a time: f(ks, g_lo, g_hi, g8_lo, g8_hi) with the values of k 2c, 2c + 1 (lo) and 2c + 8, 2c + 9 (hi) of each
+// token, which both kernel forms take as fragments (B of S = Q K^T, A of S^T = K Q^T).
+template <CodecId C, int D, class F>
+__device__ __forceinline__ void for_each_k_step(const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
+                                                const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const F& f) {
   using G = Cfg<C, D>;
+#pragma unroll
+  for (int i = 0; i < G::kLaneWords; ++i) {
+    __half2 h[2][2 * G::kRuns];
+#pragma unroll
+    for (int nt = 0; nt < 2; ++nt) {
+      layout::word_decode_half<C>(kw[nt][i], h[nt]);
+      if constexpr (!G::kFold) {
+#pragma unroll
+        for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / G::kWpb]);
+      }
+    }
+#pragma unroll
+    for (int r = 0; r < G::kRuns; ++r) f(i * G::kRuns + r, h[0][2 * r], h[0][2 * r + 1], h[1][2 * r], h[1][2 * r + 1]);
+  }
+}
+
+// V (kKReg): code word w of tokens 2c, 2c+1 (pair 0) and 2c+8, 2c+9 (pair 1), block scales applied, as
+// h[pair][half][k]: the pair's two tokens side by side (bytes interleaved token by token), word half 0 (values 0, 1
+// of each run) or 1 (values 2, 3). Both kernel forms take these as fragments: B of O = P V, A of O^T = V^T P^T.
+template <CodecId C, int D>
+__device__ __forceinline__ void decode_v_word(const uint8_t* raw, int w, int c, __half2 (&h)[2][2][2 * Cfg<C, D>::kRuns]) {
+  using G = Cfg<C, D>;
+  const uint8_t* vr = raw + G::kHalfTile + layout::codes_offset(C, D);
+  uint32_t vw[4];
+  __half2 vs[2];
+#pragma unroll
+  for (int t = 0; t < 4; ++t)
+    vw[t] = *reinterpret_cast<const uint32_t*>(vr + (2 * c + (t & 1) + 8 * (t >> 1)) * G::kRow + 4 * w);
+  if constexpr (!G::kFold) {
+    const int blk = layout::word_value(C, w, 0) / layout::kQBlock;
+    const uint8_t* sr = raw + G::kHalfTile + 2 * blk;
+#pragma unroll
+    for (int p = 0; p < 2; ++p)
+      vs[p] = __halves2half2(__ushort_as_half(layout::load_u16<false>(sr + (2 * c + 8 * p) * G::kRow)),
+                             __ushort_as_half(layout::load_u16<false>(sr + (2 * c + 8 * p + 1) * G::kRow)));
+  }
+#pragma unroll
+  for (int p = 0; p < 2; ++p) {
+    layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x5140), h[p][0]);
+    layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x7362), h[p][1]);
+    if constexpr (!G::kFold) {
+#pragma unroll
+      for (int k = 0; k < 2 * G::kRuns; ++k) {
+        h[p][0][k] = __hmul2(h[p][0][k], vs[p]);
+        h[p][1][k] = __hmul2(h[p][1][k], vs[p]);
+      }
+    }
+  }
+}
+
+// movmatrix: an 8x8 b16 matrix in mma fragment layout (lane 4g + c: row g, columns 2c, 2c + 1) transposed.
+__device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
+  uint32_t y;
+  asm("movmatrix.sync.aligned.m8n8.trans.b16 %0, %1;\n" : "=r"(y) : "r"(x));
+  return y;
+}
+
+// The GQA form's true dim of row gg (+ 8 if hi8) of O^T m-tile mt: the rows of two m-tiles come from one code word
+// of V (decode_v_word's halves and runs), the word lane group gg reads for its q-th pair of m-tile runs.
+template <CodecId C, int D>
+__device__ __forceinline__ int swap_dim(int mt, int gg, int hi8) {
+  using G = Cfg<C, D>;
+  const int q = mt / (2 * G::kRuns), r = (mt / 2) % G::kRuns, mh = mt % 2;
+  return layout::word_value(C, v_word<C, D>(gg, q), r) + 2 * mh + hi8;
+}
+
+// One tile of the GQA form for lane (g, c): S^T = K Q^T (A: K of tokens g, g + 8 as the K words kw already hold
+// them; B: q of head g), the online softmax of heads 2c, 2c + 1 over the tile's 16 tokens (a max across the 8 lane
+// groups; sums per lane until the end), P^T through movmatrix as B, and O^T += V^T P^T (A: decode_v_word).
+template <CodecId C, int D>
+__device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
+                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const uint32_t (&qb)[D / 16][2],
+                                          int nvalid, int g, int c, float (&o)[D / 16][4], float& m0, float& m1,
+                                          float& l0, float& l1) {
+  using G = Cfg<C, D>;
+  float st[2][4] = {};  // two independent chains (k-step parity)
+  for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+    const uint32_t a[4] = {half2_bits(g_lo), half2_bits(g8_lo), half2_bits(g_hi), half2_bits(g8_hi)};
+    mma_16816(st[ks & 1], a, qb[ks][0], qb[ks][1]);
+  });
+  // s[e]: token g (e < 2) or g + 8, head 2c + (e & 1). fp8's row scales of those tokens scale S and P.
+  float fk[2] = {1.0f, 1.0f}, fv[2] = {1.0f, 1.0f};
+  if constexpr (G::kFold) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      fk[t] = layout::load_f32<false>(raw + (8 * t + g) * G::kRow);
+      fv[t] = layout::load_f32<false>(raw + G::kHalfTile + (8 * t + g) * G::kRow);
+    }
+  }
+  float s[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) {
+    s[e] = (st[0][e] + st[1][e]) * fk[e >> 1];
+    if (g + 8 * (e >> 1) >= nvalid) s[e] = -INFINITY;
+  }
+  float mx0 = fmaxf(s[0], s[2]), mx1 = fmaxf(s[1], s[3]);
+#pragma unroll
+  for (int off = 4; off < 32; off <<= 1) {
+    mx0 = fmaxf(mx0, __shfl_xor_sync(0xffffffffu, mx0, off));
+    mx1 = fmaxf(mx1, __shfl_xor_sync(0xffffffffu, mx1, off));
+  }
+  // Token 0 of the tile is valid, so the new maxima are finite.
+  const auto [f0, f1] = raise_max(m0, m1, mx0, mx1);
+  if (__any_sync(0xffffffffu, f0 != 1.0f || f1 != 1.0f)) {
+#pragma unroll
+    for (int mt = 0; mt < D / 16; ++mt) {
+      o[mt][0] *= f0;
+      o[mt][1] *= f1;
+      o[mt][2] *= f0;
+      o[mt][3] *= f1;
+    }
+  }
+  float p[4];
+#pragma unroll
+  for (int e = 0; e < 4; ++e) p[e] = exp2_fast(s[e] - (e & 1 ? m1 : m0));
+  l0 = l0 * f0 + (p[0] + p[2]);
+  l1 = l1 * f1 + (p[1] + p[3]);
+  // This lane's P (tokens g / g + 8, heads 2c, 2c + 1) is a fragment of two 8x8 blocks [token][head]; transposed,
+  // lane (g, c) holds head g's tokens 2c, 2c + 1 (and + 8): the B fragment of P^T.
+  const uint32_t pb0 = transpose8x8(pack_half2(p[0] * fv[0], p[1] * fv[0]));
+  const uint32_t pb1 = transpose8x8(pack_half2(p[2] * fv[1], p[3] * fv[1]));
+#pragma unroll
+  for (int q = 0; q < D / 32 / G::kRuns; ++q) {
+    __half2 h[2][2][2 * G::kRuns];
+    decode_v_word<C, D>(raw, v_word<C, D>(g, q), c, h);
+#pragma unroll
+    for (int r = 0; r < G::kRuns; ++r)
+#pragma unroll
+      for (int mh = 0; mh < 2; ++mh) {  // rows g, g + 8 <- values 2r, 2r + 1 of word half mh (swap_dim)
+        const uint32_t a[4] = {half2_bits(h[0][mh][2 * r]), half2_bits(h[0][mh][2 * r + 1]),
+                               half2_bits(h[1][mh][2 * r]), half2_bits(h[1][mh][2 * r + 1])};
+        mma_16816(o[(q * G::kRuns + r) * 2 + mh], a, pb0, pb1);
+      }
+  }
+}
+
+// grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8).
+template <CodecId C, int D, bool kSwap>
+__global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
+  using G = Cfg<C, D, kSwap>;
+  static_assert(!kSwap || G::kKReg, "the GQA form decodes K and V straight into fragments");
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float lv[16];
   __shared__ __align__(8) uint64_t bars[kWarps][G::kStages];  // kBulk: one per stage, phase j / kStages
@@ -212,7 +365,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
   // the rows in shared memory first, where the stages go; the others read their fragments from global memory,
   // issued before the first tiles' copies so that both round trips overlap (packed after the copies are issued).
   const float qscale = rsqrtf(float(D)) * kLog2e;
-  uint32_t qf[D / 16][4];
+  uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
+  uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
   if constexpr (is_rotated(C)) {
     float* q_s = reinterpret_cast<float*>(smem);
@@ -226,12 +380,17 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
-      const float* qa = q_s + g * D + d0;
-      const float* qb = q_s + (g + 8) * D + d0;
-      qf[ks][0] = pack_half2(qa[0], qa[1]);
-      qf[ks][1] = pack_half2(qb[0], qb[1]);
-      qf[ks][2] = pack_half2(qa[hi], qa[hi + 1]);
-      qf[ks][3] = pack_half2(qb[hi], qb[hi + 1]);
+      const float* ra = q_s + g * D + d0;
+      const float* rb = q_s + (g + 8) * D + d0;
+      if constexpr (kSwap) {
+        qb[ks][0] = pack_half2(ra[0], ra[1]);
+        qb[ks][1] = pack_half2(ra[hi], ra[hi + 1]);
+      } else {
+        qf[ks][0] = pack_half2(ra[0], ra[1]);
+        qf[ks][1] = pack_half2(rb[0], rb[1]);
+        qf[ks][2] = pack_half2(ra[hi], ra[hi + 1]);
+        qf[ks][3] = pack_half2(rb[hi], rb[hi + 1]);
+      }
     }
     __syncthreads();  // q_s is overwritten by the stages
   } else {
@@ -243,9 +402,11 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     for (int ks = 0; ks < D / 16; ++ks) {
       const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
       qraw[ks][0] = load(g, d0);
-      qraw[ks][1] = load(g + 8, d0);
       qraw[ks][2] = load(g, d0 + hi);
-      qraw[ks][3] = load(g + 8, d0 + hi);
+      if constexpr (!kSwap) {
+        qraw[ks][1] = load(g + 8, d0);
+        qraw[ks][3] = load(g + 8, d0 + hi);
+      }
     }
   }
 
@@ -273,17 +434,26 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
-      for (int i = 0; i < 4; ++i) qf[ks][i] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+      for (int i = 0; i < 4; ++i) {
+        if constexpr (kSwap) {
+          if (i % 2 == 0) qb[ks][i / 2] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+        } else {
+          qf[ks][i] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+        }
+      }
   }
 
   // This lane's ldmatrix rows: K (non-transposed, tokens x dims) and V (transposed).
   const int k_tok = (lane & 7) + ((lane >> 4) << 3), k_hi = (lane >> 3) & 1;
   const int v_tok = (lane & 7) + (((lane >> 3) & 1) << 3), v_hi = lane >> 4;
 
-  float o[D / 8][4];
+  // O (rows g, g + 8; n-tiles of 8 dims) or, kSwap, O^T (m-tiles of 16 dims; columns 2c, 2c + 1 = heads).
+  constexpr int kOTiles = kSwap ? D / 16 : D / 8;
+  float o[kOTiles][4];
 #pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-  float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;  // rows g and g + 8
+  for (int dn = 0; dn < kOTiles; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  // Running max and sum of rows g and g + 8; kSwap: of heads 2c and 2c + 1 (the sums this lane's tokens only).
+  float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
   for (int j = 0; j < my_tiles; ++j) {
     const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
@@ -302,7 +472,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
     __syncwarp();  // also: every lane is past tile j - 1, whose stage is refilled below
     const uint8_t* raw = stage;
     // kKReg: this lane's K code words of tokens g and g + 8, and (block-scaled codes) the f16 scales they need.
-    constexpr int kWpb = layout::kQBlock / (4 * G::kRuns), kSlots = (G::kLaneWords + kWpb - 1) / kWpb;
+    constexpr int kWpb = G::kWpb, kSlots = G::kSlots;
     uint32_t kw[2][G::kLaneWords];
     __half2 ksc[2][kSlots];
     if constexpr (G::kKReg) {
@@ -338,168 +508,144 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
       pg_next = page_of(jn + 1);
     }
 
-    float s2[2][2][4];  // [k-step parity][token n-tile]: two independent chains
+    if constexpr (kSwap) {
+      swap_tile<C, D>(raw, kw, ksc, qb, nvalid, g, c, o, ma, mb, la, lb);
+    } else {
+      float s2[2][2][4];  // [k-step parity][token n-tile]: two independent chains
 #pragma unroll
-    for (int p = 0; p < 2; ++p)
+      for (int p = 0; p < 2; ++p)
 #pragma unroll
-      for (int nt = 0; nt < 2; ++nt) s2[p][nt][0] = s2[p][nt][1] = s2[p][nt][2] = s2[p][nt][3] = 0.0f;
-    if constexpr (G::kKReg) {
+        for (int nt = 0; nt < 2; ++nt) s2[p][nt][0] = s2[p][nt][1] = s2[p][nt][2] = s2[p][nt][3] = 0.0f;
+      if constexpr (G::kKReg) {
+        for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+          mma_16816(s2[ks & 1][0], qf[ks], half2_bits(g_lo), half2_bits(g_hi));
+          mma_16816(s2[ks & 1][1], qf[ks], half2_bits(g8_lo), half2_bits(g8_hi));
+        });
+      } else {
 #pragma unroll
-      for (int i = 0; i < G::kLaneWords; ++i) {
-        __half2 h[2][2 * G::kRuns];
+        for (int ks = 0; ks < D / 16; ++ks) {
+          uint32_t b[4];
+          ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
+          mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
+          mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
+        }
+      }
+      if constexpr (!G::kDirect && !G::kKReg) {  // K is in registers now: V takes its place
+        __syncwarp();
+        decode_tile<C, D, 1>(raw, lv, td, fac + kTok, lane);
+        __syncwarp();
+      }
+      // This lane's tokens: 2c, 2c+1 (n-tile 0) and 8+2c, 9+2c (n-tile 1), for both of its rows.
+      float fk[2][2], fv[2][2];
+      if constexpr (G::kFold) {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) {
-          layout::word_decode_half<C>(kw[nt][i], h[nt]);
-          if constexpr (!G::kFold) {
+          if constexpr (G::kKReg) {  // the row scales themselves (word_decode_half gives the e4m3 values)
 #pragma unroll
-            for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / kWpb]);
+            for (int e = 0; e < 2; ++e) {
+              const uint8_t* kr = raw + (nt * 8 + 2 * c + e) * G::kRow;
+              fk[nt][e] = layout::load_f32<false>(kr);
+              fv[nt][e] = layout::load_f32<false>(kr + G::kHalfTile);
+            }
+          } else {
+            const float2 k2 = *reinterpret_cast<const float2*>(fac + nt * 8 + 2 * c);
+            const float2 v2 = *reinterpret_cast<const float2*>(fac + kTok + nt * 8 + 2 * c);
+            fk[nt][0] = k2.x, fk[nt][1] = k2.y, fv[nt][0] = v2.x, fv[nt][1] = v2.y;
           }
         }
+      }
+      float s[2][4];
 #pragma unroll
-        for (int r = 0; r < G::kRuns; ++r) {
-          const int ks = i * G::kRuns + r;
-          mma_16816(s2[ks & 1][0], qf[ks], half2_bits(h[0][2 * r]), half2_bits(h[0][2 * r + 1]));
-          mma_16816(s2[ks & 1][1], qf[ks], half2_bits(h[1][2 * r]), half2_bits(h[1][2 * r + 1]));
+      for (int nt = 0; nt < 2; ++nt)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          s[nt][e] = s2[0][nt][e] + s2[1][nt][e];
+          if constexpr (G::kFold) s[nt][e] *= fk[nt][e & 1];
+          if (nt * 8 + 2 * c + (e & 1) >= nvalid) s[nt][e] = -INFINITY;
         }
-      }
-    } else {
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks) {
-        uint32_t b[4];
-        ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
-        mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
-        mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
-      }
-    }
-    if constexpr (!G::kDirect && !G::kKReg) {  // K is in registers now: V takes its place
-      __syncwarp();
-      decode_tile<C, D, 1>(raw, lv, td, fac + kTok, lane);
-      __syncwarp();
-    }
-    // This lane's tokens: 2c, 2c+1 (n-tile 0) and 8+2c, 9+2c (n-tile 1), for both of its rows.
-    float fk[2][2], fv[2][2];
-    if constexpr (G::kFold) {
+      float mxa = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
+      float mxb = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
+      quad_max(mxa, mxb);
+      // Token 0 of the tile is valid, so the new maxima are finite (exp2(-inf) = 0 rescales the empty start).
+      const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
+      // Past the first tiles the maxima rarely move, and the warp then skips the multiplies.
+      if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) scale_rows(o, ca, cb);
+      uint32_t pf[4];
+      float sa = 0.0f, sb = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
-        if constexpr (G::kKReg) {  // the row scales themselves (word_decode_half gives the e4m3 values)
-#pragma unroll
-          for (int e = 0; e < 2; ++e) {
-            const uint8_t* kr = raw + (nt * 8 + 2 * c + e) * G::kRow;
-            fk[nt][e] = layout::load_f32<false>(kr);
-            fv[nt][e] = layout::load_f32<false>(kr + G::kHalfTile);
-          }
+        const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);
+        const float p2 = exp2_fast(s[nt][2] - mb), p3 = exp2_fast(s[nt][3] - mb);
+        sa += p0 + p1;
+        sb += p2 + p3;
+        if constexpr (G::kFold) {
+          pf[2 * nt] = pack_half2(p0 * fv[nt][0], p1 * fv[nt][1]);
+          pf[2 * nt + 1] = pack_half2(p2 * fv[nt][0], p3 * fv[nt][1]);
         } else {
-          const float2 k2 = *reinterpret_cast<const float2*>(fac + nt * 8 + 2 * c);
-          const float2 v2 = *reinterpret_cast<const float2*>(fac + kTok + nt * 8 + 2 * c);
-          fk[nt][0] = k2.x, fk[nt][1] = k2.y, fv[nt][0] = v2.x, fv[nt][1] = v2.y;
+          pf[2 * nt] = pack_half2(p0, p1);
+          pf[2 * nt + 1] = pack_half2(p2, p3);
         }
       }
-    }
-    float s[2][4];
+      la = la * ca + sa;
+      lb = lb * cb + sb;
+      if constexpr (G::kKReg) {
+        // Tokens 2c, 2c+1 (b0 of the fragment) and 2c+8, 2c+9 (b1); one code word of each per run of n-tiles.
+        constexpr int kQ = D / 32 / G::kRuns;
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt)
+        for (int q = 0; q < kQ; ++q) {
+          const int w = v_word<C, D>(g, q);
+          __half2 h[2][2][2 * G::kRuns];
+          decode_v_word<C, D>(raw, w, c, h);
 #pragma unroll
-      for (int e = 0; e < 4; ++e) {
-        s[nt][e] = s2[0][nt][e] + s2[1][nt][e];
-        if constexpr (G::kFold) s[nt][e] *= fk[nt][e & 1];
-        if (nt * 8 + 2 * c + (e & 1) >= nvalid) s[nt][e] = -INFINITY;
-      }
-    float mxa = fmaxf(fmaxf(s[0][0], s[0][1]), fmaxf(s[1][0], s[1][1]));
-    float mxb = fmaxf(fmaxf(s[0][2], s[0][3]), fmaxf(s[1][2], s[1][3]));
-    quad_max(mxa, mxb);
-    // Token 0 of the tile is valid, so the new maxima are finite (exp2(-inf) = 0 rescales the empty start).
-    const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
-    // Past the first tiles the maxima rarely move, and the warp then skips the multiplies.
-    if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) scale_rows(o, ca, cb);
-    uint32_t pf[4];
-    float sa = 0.0f, sb = 0.0f;
+          for (int r = 0; r < G::kRuns; ++r)
 #pragma unroll
-    for (int nt = 0; nt < 2; ++nt) {
-      const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);
-      const float p2 = exp2_fast(s[nt][2] - mb), p3 = exp2_fast(s[nt][3] - mb);
-      sa += p0 + p1;
-      sb += p2 + p3;
-      if constexpr (G::kFold) {
-        pf[2 * nt] = pack_half2(p0 * fv[nt][0], p1 * fv[nt][1]);
-        pf[2 * nt + 1] = pack_half2(p2 * fv[nt][0], p3 * fv[nt][1]);
-      } else {
-        pf[2 * nt] = pack_half2(p0, p1);
-        pf[2 * nt + 1] = pack_half2(p2, p3);
-      }
-    }
-    la = la * ca + sa;
-    lb = lb * cb + sb;
-    if constexpr (G::kKReg) {
-      // Tokens 2c, 2c+1 (b0 of the fragment) and 2c+8, 2c+9 (b1); one code word of each per run of n-tiles.
-      constexpr int kQ = D / 32 / G::kRuns;
-      const uint8_t* vr = raw + G::kHalfTile + layout::codes_offset(C, D);
-#pragma unroll
-      for (int q = 0; q < kQ; ++q) {
-        const int w = v_word<C, D>(g, q);
-        uint32_t vw[4];
-        __half2 vs[2];
-#pragma unroll
-        for (int t = 0; t < 4; ++t)
-          vw[t] = *reinterpret_cast<const uint32_t*>(vr + (2 * c + (t & 1) + 8 * (t >> 1)) * G::kRow + 4 * w);
-        if constexpr (!G::kFold) {
-          const int blk = layout::word_value(C, w, 0) / layout::kQBlock;
-          const uint8_t* sr = raw + G::kHalfTile + 2 * blk;
-#pragma unroll
-          for (int p = 0; p < 2; ++p)
-            vs[p] = __halves2half2(__ushort_as_half(layout::load_u16<false>(sr + (2 * c + 8 * p) * G::kRow)),
-                                   __ushort_as_half(layout::load_u16<false>(sr + (2 * c + 8 * p + 1) * G::kRow)));
-        }
-        // h[p][half][k]: values of token pair p (bytes interleaved token by token), word half 0 (values 0, 1 of each
-        // run) or 1 (values 2, 3).
-        __half2 h[2][2][2 * G::kRuns];
-#pragma unroll
-        for (int p = 0; p < 2; ++p) {
-          layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x5140), h[p][0]);
-          layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x7362), h[p][1]);
-          if constexpr (!G::kFold) {
-#pragma unroll
-            for (int k = 0; k < 2 * G::kRuns; ++k) {
-              h[p][0][k] = __hmul2(h[p][0][k], vs[p]);
-              h[p][1][k] = __hmul2(h[p][1][k], vs[p]);
+            for (int e = 0; e < 4; ++e) {
+              const int dn = (q * G::kRuns + r) * 4 + e, k = 2 * r + (e & 1);
+              mma_16816(o[dn], pf, half2_bits(h[0][e >> 1][k]), half2_bits(h[1][e >> 1][k]));
             }
-          }
         }
+      } else {
 #pragma unroll
-        for (int r = 0; r < G::kRuns; ++r)
-#pragma unroll
-          for (int e = 0; e < 4; ++e) {
-            const int dn = (q * G::kRuns + r) * 4 + e, k = 2 * r + (e & 1);
-            mma_16816(o[dn], pf, half2_bits(h[0][e >> 1][k]), half2_bits(h[1][e >> 1][k]));
-          }
-      }
-    } else {
-#pragma unroll
-      for (int dp = 0; dp < D / 16; ++dp) {
-        uint32_t b[4];
-        ldsm_x4_trans(vt + swz<D>(v_tok, 2 * dp + v_hi), b);
-        mma_16816(o[2 * dp], pf, b[0], b[1]);
-        mma_16816(o[2 * dp + 1], pf, b[2], b[3]);
+        for (int dp = 0; dp < D / 16; ++dp) {
+          uint32_t b[4];
+          ldsm_x4_trans(vt + swz<D>(v_tok, 2 * dp + v_hi), b);
+          mma_16816(o[2 * dp], pf, b[0], b[1]);
+          mma_16816(o[2 * dp + 1], pf, b[2], b[3]);
+        }
       }
     }
   }
   cp_wait<0>();
-  quad_sum(la, lb);
 
   // Merge the warps, then write this chunk's partial (unnormalised output, max, sum) for rows of the group.
   __syncthreads();  // every warp is done with its stages
   float* red = reinterpret_cast<float*>(smem);  // [kWarps][kRows][D + 2]
-  {
-    float* ra = red + (warp * kRows + g) * (D + 2);
-    float* rb = ra + 8 * (D + 2);
+  // This lane's two rows of red: heads g and g + 8, or (kSwap) heads 2c and 2c + 1, whose sums so far cover only
+  // this lane's tokens. Accumulator e of a tile is row e >> 1 at dim e & 1 of the pair, or (kSwap: O^T) the reverse.
+  if constexpr (kSwap) {
 #pragma unroll
-    for (int dn = 0; dn < D / 8; ++dn) {
-      const int d0 = o_dim<C, D>(dn, 2 * c), d1 = o_dim<C, D>(dn, 2 * c + 1);
-      ra[d0] = o[dn][0];
-      ra[d1] = o[dn][1];
-      rb[d0] = o[dn][2];
-      rb[d1] = o[dn][3];
+    for (int off = 4; off < 32; off <<= 1) {
+      la += __shfl_xor_sync(0xffffffffu, la, off);
+      lb += __shfl_xor_sync(0xffffffffu, lb, off);
     }
-    if (c == 0) {
+  } else {
+    quad_sum(la, lb);
+  }
+  {
+    float* ra = red + (warp * kRows + (kSwap ? 2 * c : g)) * (D + 2);
+    float* rb = ra + (kSwap ? 1 : 8) * (D + 2);
+#pragma unroll
+    for (int t = 0; t < kOTiles; ++t) {
+      int d[2];
+      if constexpr (kSwap) d[0] = swap_dim<C, D>(t, g, 0), d[1] = swap_dim<C, D>(t, g, 1);
+      else d[0] = o_dim<C, D>(t, 2 * c), d[1] = o_dim<C, D>(t, 2 * c + 1);
+#pragma unroll
+      for (int e = 0; e < 4; ++e) {
+        const int row = kSwap ? e & 1 : e >> 1, dim = d[kSwap ? e >> 1 : e & 1];
+        (row ? rb : ra)[dim] = o[t][e];
+      }
+    }
+    if ((kSwap ? g : c) == 0) {
       ra[D] = ma;
       ra[D + 1] = la;
       rb[D] = mb;
@@ -531,24 +677,47 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D>::kMinBlocks) mma_split_ker
 }
 
 // The kernel with its dynamic shared memory allowed (once per instantiation).
-template <CodecId C, int D>
+template <CodecId C, int D, bool kSwap>
 cudaError_t prepared() {
-  static const cudaError_t e = cudaFuncSetAttribute(mma_split_kernel<C, D>,
-                                                    cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D>::kSmem);
+  static const cudaError_t e = cudaFuncSetAttribute(
+      mma_split_kernel<C, D, kSwap>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
   return e;
+}
+
+// The GQA form where it applies: register-fed codecs, groups of up to 8 query heads (KVTAX_DECODE_GQA=0: never).
+bool gqa_enabled() {
+  static const bool on = [] {
+    const char* e = std::getenv("KVTAX_DECODE_GQA");
+    return !e || std::string(e) != "0";
+  }();
+  return on;
+}
+
+// Calls f.template operator()<kSwap>() with the form the launch takes.
+template <CodecId C, int D, class F>
+cudaError_t with_form(int n_rep, const F& f) {
+  if constexpr (Cfg<C, D>::kKReg) {
+    if (n_rep <= 8 && gqa_enabled()) return f.template operator()<true>();
+  }
+  return f.template operator()<false>();
 }
 
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
-  if (cudaError_t e = prepared<C, D>(); e != cudaSuccess) return e;
-  const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
-  return launch_pdl_smem(mma_split_kernel<C, D>, grid, kThreads, Cfg<C, D>::kSmem, st, a);
+  return with_form<C, D>(a.n_rep, [&]<bool kSwap>() {
+    if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
+    const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
+    return launch_pdl_smem(mma_split_kernel<C, D, kSwap>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
+  });
 }
 
 template <CodecId C, int D>
-cudaError_t occupancy_codec_dim(int* blocks) {
-  if (cudaError_t e = prepared<C, D>(); e != cudaSuccess) return e;
-  return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mma_split_kernel<C, D>, kThreads, Cfg<C, D>::kSmem);
+cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
+  return with_form<C, D>(n_rep, [&]<bool kSwap>() {
+    if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mma_split_kernel<C, D, kSwap>, kThreads,
+                                                         Cfg<C, D, kSwap>::kSmem);
+  });
 }
 
 // The codecs the tensor-core kernel takes (f32 keeps f32 precision and bf16 can exceed f16's range: both stay on
@@ -563,9 +732,9 @@ cudaError_t launch_decode_mma(const DecodeArgs& a, cudaStream_t st) {
                   [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, st); });
 }
 
-cudaError_t decode_mma_blocks_per_sm(CodecId codec, int head_dim, int* blocks) {
+cudaError_t decode_mma_blocks_per_sm(CodecId codec, int head_dim, int n_rep, int* blocks) {
   return dispatch(MmaCodecs{}, MmaDims{}, codec, head_dim,
-                  [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(blocks); });
+                  [&]<CodecId C, int D>() { return occupancy_codec_dim<C, D>(n_rep, blocks); });
 }
 
 }  // namespace kvtax::cuda::detail
