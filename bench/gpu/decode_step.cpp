@@ -34,10 +34,10 @@ using gpu_bench::split;
 // The step's kernels by class, each class launched alone over every layer back to back on the decoder's stream
 // (as the step launches them: the same matrices, shapes and fusions), captured into a CUDA graph and replayed,
 // median of 5; ms per step. Every layer's matrices are distinct, so each GEMV reads its weights from memory as
-// in the step. The GEMVs of quantized weights include their pass over x where the step has one (wo, down). The
-// step minus these classes is the rest: the embedding, the output norm, the logits' copy to the host, per-head
-// q/k norms and biases where the model has them, and the gaps between kernels that PDL and the CUDA graph do not
-// hide. Inputs are zeros (timing only).
+// in the step. The down GEMV of quantized weights includes its pass over x (SwiGLU). The step minus these
+// classes is the rest: the embedding, the output norm, the logits' copy to the host, per-head q/k norms and
+// biases where the model has them, and the gaps between kernels that PDL and the CUDA graph do not hide. Inputs
+// are zeros (timing only).
 struct StepPart {
   const char* name;
   double ms;
@@ -55,8 +55,9 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
   auto gemv = [&](const cuda::DeviceWeight* w, cuda::GemvFusion f = {}) {
     if (w) cuda::gemv(*w, x.as<float>(), y.as<float>(), gs.get(), s, f);
   };
-  // Inputs that follow a norm: quantized weights find x's codes in the scratch (the norm wrote them).
-  auto after_norm = [](const cuda::DeviceWeight* w) {
+  // Inputs that follow a norm or the attention: quantized weights find x's codes in the scratch (the norm or the
+  // attention's merge wrote them).
+  auto codes_ready = [](const cuda::DeviceWeight* w) {
     return cuda::GemvFusion{nullptr, w && cuda::gemv_quantizes_x(w->type())};
   };
   // The residual add + norm before the attention and before the FFN, each writing x's codes where the GEMV
@@ -80,17 +81,18 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
                               b.rope(), s);
        }},
       {"qkv", [&](const auto& w, int) {
-         for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, after_norm(m));
+         for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, codes_ready(m));
        }},
-      {"attention", [&](const auto&, int l) {
-         cuda::decode_attention(cd.layer_view(l, depth), q.as<float>(), nh, att.as<float>(), as.get(), s);
+      {"attention", [&](const auto& w, int l) {  // with the int8 codes of its output where wo quantizes x
+         cuda::decode_attention(cd.layer_view(l, depth), q.as<float>(), nh, att.as<float>(), as.get(), s,
+                                cuda::gemv_quantizes_x(w.wo->type()) ? gs.get() : nullptr);
        }},
-      {"wo", [&](const auto& w, int) { gemv(w.wo.get()); }},
+      {"wo", [&](const auto& w, int) { gemv(w.wo.get(), codes_ready(w.wo.get())); }},
       {"gate_up", [&](const auto& w, int) {
          if (w.gate_up && !cuda::gemv_quantizes_x(w.gate_up->type()))
            gemv(w.gate_up.get(), cuda::GemvFusion{nullptr, false, true});  // SwiGLU in the epilogue
          else
-           for (const auto* m : {w.gate_up.get(), w.gate.get(), w.up.get()}) gemv(m, after_norm(m));
+           for (const auto* m : {w.gate_up.get(), w.gate.get(), w.up.get()}) gemv(m, codes_ready(m));
        }},
       {"down", [&](const auto& w, int) {
          gemv(w.down.get(), cuda::gemv_quantizes_x(w.down->type()) ? cuda::GemvFusion{u.as<float>()} : cuda::GemvFusion{});
@@ -106,7 +108,7 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
                        for (int l = 0; l < int(b.layers().size()); ++l) launch(b.layers()[size_t(l)], l);
                      })});
   const cuda::DeviceWeight& out = b.output();
-  parts.push_back({"logits", median_ms([&] { gemv(&out, after_norm(&out)); })});
+  parts.push_back({"logits", median_ms([&] { gemv(&out, codes_ready(&out)); })});
   return parts;
 }
 

@@ -167,7 +167,7 @@ int decode_splits(const KvView& kv, int n_heads) {
 }
 
 void decode_attention(const KvView& kv, const float* q, int n_heads, float* out, void* scratch,
-                      cudaStream_t stream) {
+                      cudaStream_t stream, void* out_codes) {
   check_heads(kv, n_heads);
   if (!kv.len_dev && kv.len <= 0) fail("CUDA attention: the device KV holds no tokens");
   if (!kv.len_dev && kv.len > kv.max_len)
@@ -187,6 +187,7 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   }
   a.part = static_cast<float*>(scratch);
   a.signs = codec_tables().signs.as<float>();
+  if (out_codes) a.codes = detail::gemv_quant_x(out_codes, int64_t(n_heads) * kv.head_dim);
   check(detail::launch_decode(a, stream), "decode attention launch");
 }
 

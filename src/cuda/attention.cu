@@ -11,6 +11,7 @@
 #include "cuda/attention_launch.h"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/quantize_x.cuh"
 #include "cuda/rotate_shared.cuh"
 #include "kv/codecs/layout.h"
 
@@ -203,6 +204,8 @@ __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   __syncthreads();
   if constexpr (kRotated) rotate_shared<D>(o_s, 1, true, c_signs);
   a.out[size_t(head) * D + dd] = o_s[dd];
+  // Warp w holds dims 32w .. 32w + 31 of the head: one whole block of the codes (D is a multiple of 32).
+  if (a.codes.xq) quantize_x_block32(o_s[dd], head * D + (dd & ~31), a.codes.xq, a.codes.xd, a.codes.xs);
 }
 
 int nrep_block(int n_rep) { return n_rep <= 1 ? 1 : n_rep <= 2 ? 2 : n_rep <= 4 ? 4 : 8; }

@@ -5,6 +5,7 @@
 #include <cstddef>
 #include <cstdint>
 
+#include "cuda/gemv_launch.h"
 #include "kv/codecs/codec.h"
 
 namespace kvtax::cuda::detail {
@@ -39,6 +40,7 @@ struct DecodeArgs : PagedKvArgs {
   const int* len_dev;  // device length, read at run time (then len and chunk are unused)
   float* part;  // [n_heads][n_splits][head_dim + 2]
   const float* signs;  // device rotation signs (rotated codecs; tensor-core kernel)
+  QuantX codes;        // set: the merge also writes out's int8 codes for the quantized GEMV that reads out
 };
 
 // Copies the tq codebooks and rotation signs into constant memory (once per process).

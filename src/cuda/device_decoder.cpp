@@ -297,8 +297,11 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, nkv, hd, eps, s), "k norm");
     }
     encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);  // RoPE on q and k, k and v into the cache
-    decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s);
-    gemv(*w.wo, att, xb2, gs, s);
+    // A quantized wo takes att's int8 codes from the attention's merge, not from a pass of its own.
+    const bool wo_codes = gemv_quantizes_x(w.wo->type());
+    decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s,
+                     wo_codes ? gs : nullptr);
+    gemv(*w.wo, att, xb2, gs, s, GemvFusion{nullptr, wo_codes});
     add_norm(xb2, w.ffn_norm.as<float>(), Next{w.gate_up.get(), w.gate.get(), w.up.get()});
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.

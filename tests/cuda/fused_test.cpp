@@ -1,6 +1,7 @@
 // The decode step's fused kernels vs their unfused counterparts and the CPU ops, on fresh random inputs with
-// poisoned outputs: the residual add + norm that also writes the next GEMV's int8 x codes, and SwiGLU fused
-// into the gate|up GEMV (float weights) or the down GEMV's x pass (quantized weights). Skips without a GPU.
+// poisoned outputs: the residual add + norm and the attention's merge that also write the next GEMV's int8 x
+// codes, and SwiGLU fused into the gate|up GEMV (float weights) or the down GEMV's x pass (quantized weights).
+// Skips without a GPU.
 #include <gtest/gtest.h>
 
 #include <algorithm>
@@ -8,11 +9,14 @@
 #include <vector>
 
 #include "core/error.h"
+#include "cuda/attention.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_launch.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
 #include "ggml/quants.h"
+#include "kv/codecs/codec.h"
+#include "kv/rotation.h"
 #include "ops/cpu/elementwise.h"
 #include "random_values.h"
 
@@ -50,6 +54,26 @@ double max_rel_diff(const std::vector<float>& a, const std::vector<float>& b) {
   return e / m;
 }
 
+// A quantized GEMV over the int8 codes another kernel wrote into `codes` (a GEMV scratch) equals, bit for bit,
+// one that quantizes that kernel's output x (n values) itself.
+void expect_gemv_takes_the_codes(const cuda::Buffer& codes, const cuda::Buffer& x, int n, uint32_t& seed,
+                                 const char* writer) {
+  cuda::Buffer own(cuda::gemv_scratch_bytes(n));
+  own.fill(0xff);
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    if (n % ggml_traits(t).block_size != 0) continue;
+    const int rows = 70;
+    cuda::DeviceWeight W = random_weight(t, rows, n, seed++);
+    cuda::Buffer y1(rows * 4), y2(rows * 4);
+    y1.fill(0xff);
+    y2.fill(0xff);
+    cuda::gemv(W, nullptr, y1.as<float>(), codes.get(), nullptr, cuda::GemvFusion{nullptr, true});
+    cuda::gemv(W, x.as<float>(), y2.as<float>(), own.get());
+    const auto a = download(y1, rows), b = download(y2, rows);
+    EXPECT_EQ(max_rel_diff(a, b), 0.0) << writer << ": " << ggml_type_name(t) << " " << n;
+  }
+}
+
 TEST(CudaFused, NormWritesTheCodesTheGemvMakes) {
   REQUIRE_GPU();
   uint32_t seed = 900;
@@ -59,10 +83,9 @@ TEST(CudaFused, NormWritesTheCodesTheGemvMakes) {
     x[5] *= 30.0f;
     const float eps = 1e-5f;
     cuda::Buffer xd = upload(x), yd = upload(y), wd = upload(w), out(size_t(n) * 4);
-    cuda::Buffer s1(cuda::gemv_scratch_bytes(n)), s2(cuda::gemv_scratch_bytes(n));
+    cuda::Buffer s1(cuda::gemv_scratch_bytes(n));
     out.fill(0xff);
     s1.fill(0xff);
-    s2.fill(0xff);
     cuda::check(cuda::ops::add_rmsnorm(xd.as<float>(), yd.as<float>(), wd.as<float>(), out.as<float>(), n, eps,
                                        nullptr, cuda::detail::gemv_quant_x(s1.get(), n)),
                 "add_rmsnorm");
@@ -73,19 +96,39 @@ TEST(CudaFused, NormWritesTheCodesTheGemvMakes) {
     const auto xg = download(xd, n), og = download(out, n);
     EXPECT_EQ(max_rel_diff(xg, xr), 0.0) << n;  // one float add per value: exact
     EXPECT_LE(max_rel_diff(og, ref), 1e-6) << n;
-    // A quantized GEMV over the norm's codes equals one that quantizes the norm's output itself.
-    for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
-      if (n % ggml_traits(t).block_size != 0) continue;
-      const int rows = 70;
-      cuda::DeviceWeight W = random_weight(t, rows, n, seed++);
-      cuda::Buffer y1(rows * 4), y2(rows * 4);
-      y1.fill(0xff);
-      y2.fill(0xff);
-      cuda::gemv(W, nullptr, y1.as<float>(), s1.get(), nullptr, cuda::GemvFusion{nullptr, true});
-      cuda::gemv(W, out.as<float>(), y2.as<float>(), s2.get());
-      const auto a = download(y1, rows), b = download(y2, rows);
-      EXPECT_EQ(max_rel_diff(a, b), 0.0) << ggml_type_name(t) << " " << n;
+    expect_gemv_takes_the_codes(s1, out, n, seed, "norm");
+  }
+}
+
+// The attention's merge writes the int8 codes of its output that a quantized wo would make itself: the GEMV over
+// them equals one that quantizes the attention output, bit for bit. f16 runs the plain merge, q4r the merge with
+// its inverse rotation first; bf16 the scalar split kernel.
+TEST(CudaFused, AttentionWritesTheCodesTheGemvMakes) {
+  REQUIRE_GPU();
+  const int n_kv = 8, n_heads = 32, d = 128, len = 1000, qd = n_heads * d;
+  uint32_t seed = 1300;
+  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::q4r, kv::CodecId::bf16}) {
+    const kv::CodecInfo& info = kv::codec(c);
+    const size_t rb = info.row_bytes(d);
+    cuda::DeviceKv kvd(c, n_kv, d, len);
+    for (int h = 0; h < n_kv; ++h) {
+      std::vector<uint8_t> kr(size_t(len) * rb), vr(size_t(len) * rb);
+      auto kf = random_normal(size_t(len) * d, seed++), vf = random_normal(size_t(len) * d, seed++);
+      for (int t = 0; t < len; ++t) {
+        float* kt = kf.data() + size_t(t) * d;
+        float* vt = vf.data() + size_t(t) * d;
+        if (info.rotated) kv::rotate(kt, d, kt), kv::rotate(vt, d, vt);
+        info.encode(kt, d, kr.data() + t * rb);
+        info.encode(vt, d, vr.data() + t * rb);
+      }
+      kvd.write_rows(h, 0, len, kr.data(), vr.data());
     }
+    cuda::Buffer q = upload(random_normal(qd, seed++)), out(size_t(qd) * 4),
+        scratch(cuda::decode_scratch_bytes(kvd, n_heads)), s1(cuda::gemv_scratch_bytes(qd));
+    out.fill(0xff);
+    s1.fill(0xff);
+    cuda::decode_attention(kvd, q.as<float>(), n_heads, out.as<float>(), scratch.get(), nullptr, s1.get());
+    expect_gemv_takes_the_codes(s1, out, qd, seed, info.name);
   }
 }
 
