@@ -119,7 +119,9 @@ void bench_gemv(double copy_gbs, std::vector<Row>& rows) {
       std::vector<std::unique_ptr<cuda::DeviceWeight>> ws;
       for (int i = 0; i < copies; ++i) ws.push_back(std::make_unique<cuda::DeviceWeight>(t, s.rows, s.cols, full.data()));
       const double ms = time_calls(
-          [&](int i, cudaStream_t st) { cuda::gemv(*ws[i % copies], xd.as<float>(), y.as<float>(), scratch.get(), st); },
+          [&](int i, cudaStream_t st) {
+            cuda::gemv(*ws[i % copies], xd.as<float>(), y.as<float>(), scratch.get(), st);
+          },
           50);
       const double gbs = bytes / (ms * 1e-3) / 1e9;
       rows.push_back({"gemv", std::string(ggml_type_name(t)), s.rows * 100000 + s.cols, ms * 1e3, bytes, gbs,
@@ -130,8 +132,10 @@ void bench_gemv(double copy_gbs, std::vector<Row>& rows) {
         for (int rpw : {1, 2, 4}) {  // rows per warp of the quantized kernels (the default picks by shape)
           cuda::set_gemv_rows_per_warp(rpw);
           const double rms = time_calls(
-              [&](int i, cudaStream_t st) { cuda::gemv(*ws[i % copies], xd.as<float>(), y.as<float>(), scratch.get(), st); },
-          50);
+              [&](int i, cudaStream_t st) {
+                cuda::gemv(*ws[i % copies], xd.as<float>(), y.as<float>(), scratch.get(), st);
+              },
+              50);
           const double rg = bytes / (rms * 1e-3) / 1e9;
           rows.push_back({fmt::format("gemv-r{}", rpw), std::string(ggml_type_name(t)), s.rows * 100000 + s.cols,
                           rms * 1e3, bytes, rg, 100.0 * rg / copy_gbs});

@@ -56,6 +56,8 @@ class DeviceKv {
   void copy_from(const KvCache& cache, int layer);
   // Attend over the first len tokens (<= capacity; rows must have been written).
   void set_len(int len);
+  // Every byte of the pages set to `byte` (tests: 0xff makes the rows no one wrote NaN codes).
+  void fill(uint8_t byte) { pool_.fill(byte); }
 
  private:
   kv::CodecId codec_;

@@ -10,14 +10,12 @@
 
 #include <cstdint>
 
+#include "cuda/half_pack.cuh"
 #include "kv/codecs/codec.h"
 
 namespace kvtax::cuda::detail {
 
-__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) {
-  const __half2 h = __floats2half2_rn(lo, hi);
-  return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
-}
+__device__ __forceinline__ uint32_t pack_half2(float lo, float hi) { return pack_pair<false>(lo, hi); }
 
 // c += a b (f16 operands, f32 accumulators). Not volatile: the compiler may interleave independent products.
 __device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {

@@ -57,11 +57,7 @@ Result run(kv::CodecId c, const Shape& s, uint64_t seed, bool k_outliers = true)
     }
 
   cuda::DeviceKv dkv(c, s.n_kv, s.d, s.len);
-  {  // rows past the context hold NaN codes (0xff bytes): a kernel that lets one into the output fails
-    const cuda::KvView view = dkv.view();
-    const size_t pages = size_t(view.max_len / cuda::kv_page_tokens());
-    cuda::check(cudaMemset(const_cast<uint8_t*>(view.pool), 0xff, pages * view.page_bytes), "KV poison");
-  }
+  dkv.fill(0xff);  // rows past the context hold NaN codes: a kernel that lets one into the output fails
   dkv.copy_from(cache, 0);
   cuda::Buffer qd(q.size() * 4), out(q.size() * 4), scratch(cuda::decode_scratch_bytes(dkv, s.n_heads));
   qd.upload(q.data(), q.size() * 4);
