@@ -684,7 +684,12 @@ cudaError_t prepared() {
   return e;
 }
 
-// The GQA form where it applies: register-fed codecs, groups of up to 8 query heads (KVTAX_DECODE_GQA=0: never).
+// The GQA form where it applies: register-fed codecs but fp8, groups of up to 8 query heads (KVTAX_DECODE_GQA=0:
+// never). On the H200 (2026-12-01, llama3-8b shape, docs/perf.md "Session 9") it took q4 from 69.2 to 62.5 us at
+// 128k, q4r from 77.4 to 69.9 and q8 at 32k from 33.9 to 31.2, while fp8 lost (28.9 -> 30.4 us at 32k).
+template <CodecId C>
+constexpr bool kGqaForm = C != CodecId::fp8;
+
 bool gqa_enabled() {
   static const bool on = [] {
     const char* e = std::getenv("KVTAX_DECODE_GQA");
@@ -696,7 +701,7 @@ bool gqa_enabled() {
 // Calls f.template operator()<kSwap>() with the form the launch takes.
 template <CodecId C, int D, class F>
 cudaError_t with_form(int n_rep, const F& f) {
-  if constexpr (Cfg<C, D>::kKReg) {
+  if constexpr (Cfg<C, D>::kKReg && kGqaForm<C>) {
     if (n_rep <= 8 && gqa_enabled()) return f.template operator()<true>();
   }
   return f.template operator()<false>();
