@@ -29,6 +29,20 @@ int warps_for(kv::CodecId c) {
   return c == kv::CodecId::f16 ? 8 : 16;
 }
 
+// The warpgroup-MMA kernel wherever the device runs it; KVTAX_PREFILL_KERNEL=mma|wgmma chooses (measurements,
+// tests; wgmma where the device has none is an error).
+bool use_wgmma() {
+  if (const char* e = std::getenv("KVTAX_PREFILL_KERNEL")) {
+    const std::string v(e);
+    if (v == "mma") return false;
+    if (v != "wgmma") fail("KVTAX_PREFILL_KERNEL={}: expected mma or wgmma", v);
+    if (!detail::prefill_wgmma_available())
+      fail("KVTAX_PREFILL_KERNEL=wgmma: this device or build has no wgmma (sm_90a) kernel");
+    return true;
+  }
+  return detail::prefill_wgmma_available();
+}
+
 }  // namespace
 
 bool prefill_supported(kv::CodecId codec, int head_dim) {
@@ -56,6 +70,7 @@ void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_he
   a.n_tok = n_tok;
   a.pos0 = pos0;
   a.warps = warps_for(kv.codec);
+  a.wgmma = use_wgmma();
   check(detail::launch_prefill(a, stream), "prefill attention launch");
   if (rotated(kv.codec))
     check(detail::launch_rotate_rows(out, rows, kv.head_dim, t.signs.as<float>(), true, stream), "output rotation");

@@ -13,10 +13,15 @@ namespace kvtax::cuda::detail {
 // q, out: [n_tok][n_kv_heads * n_rep][head_dim]; q rotated for rotated codecs.
 struct PrefillArgs : PagedKvArgs {
   int n_tok, pos0;
-  int warps;  // 8 (128 rows per block, two blocks per SM) or 16 (256 rows, one block; where shared memory allows)
+  int warps;  // mma.sync kernel: 8 (128 rows per block, two blocks per SM) or 16 (256 rows, one block; where shared
+             // memory allows)
+  bool wgmma;  // the warpgroup-MMA kernel (prefill_wgmma.cu) instead; only where prefill_wgmma_available()
 };
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);
+// Whether this device runs the wgmma kernel (an sm_90a build on a Hopper GPU).
+bool prefill_wgmma_available();
+cudaError_t launch_prefill_wgmma(const PrefillArgs& a, cudaStream_t s);
 // rows vectors of d (64, 128 or 256) rotated in place: forward R = H D / sqrt(d), or its inverse.
 cudaError_t launch_rotate_rows(float* x, int64_t rows, int d, const float* signs, bool inverse, cudaStream_t s);
 

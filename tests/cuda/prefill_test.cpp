@@ -6,12 +6,14 @@
 #include <cmath>
 #include <cstdlib>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "core/error.h"
 #include "core/f16.h"
 #include "cuda/gemm.h"
 #include "cuda/prefill_attention.h"
+#include "cuda/prefill_launch.h"
 #include "cuda/prefill_ops.h"
 #include "cuda_test_util.h"
 #include "ggml/quants.h"
@@ -34,7 +36,7 @@ struct Shape { int n_kv, n_heads, d, pos0, n; };
 TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
   REQUIRE_GPU();
   const Shape shapes[] = {{2, 8, 128, 0, 133}, {2, 8, 128, 223, 77}, {4, 4, 64, 0, 300}, {1, 7, 64, 40, 61},
-                          {8, 32, 128, 1000, 129}};
+                          {8, 32, 128, 1000, 129}, {2, 8, 128, 0, 1100}};
   uint64_t seed = 4000;
   for (int ci = 0; ci < kv::kNumCodecs; ++ci) {
     const auto c = kv::CodecId(ci);
@@ -60,7 +62,11 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
       dkv.copy_from(cache, 0);
       cuda::Buffer qd(q.size() * 4), out(q.size() * 4);
       const std::vector<double> ref = kvtax::testing::exact_attention(q, kd, vd, s.n_kv, s.n_heads, s.d, s.pos0, s.n);
-      for (const char* warps : {"8", "16"}) {  // both block shapes (16 falls back to 8 where it does not fit)
+      // Every kernel: mma.sync in both block shapes (16 warps falls back to 8 where it does not fit), and the
+      // wgmma kernel where the device runs it.
+      for (const auto& [kernel, warps] : {std::pair{"mma", "8"}, std::pair{"mma", "16"}, std::pair{"wgmma", "8"}}) {
+        if (std::string(kernel) == "wgmma" && !cuda::detail::prefill_wgmma_available()) continue;
+        setenv("KVTAX_PREFILL_KERNEL", kernel, 1);
         setenv("KVTAX_PREFILL_WARPS", warps, 1);
         qd.upload(q.data(), q.size() * 4);  // rotated in place for the rotated codecs
         out.fill(0xff);  // NaN: unwritten outputs fail
@@ -71,10 +77,11 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
         for (float x : gpu) ASSERT_TRUE(std::isfinite(x)) << kv::codec(c).name << ": unwritten or NaN output";
         const double e = rel_l2(gpu, ref);
         EXPECT_LE(e, 4e-3) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
-                           << " pos0 " << s.pos0 << " n " << s.n << " warps " << warps;
-        std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d warps %2s: rel-L2 %.2e\n",
-                    kv::codec(c).name, s.n_kv, s.n_heads, s.d, s.pos0, s.n, warps, e);
+                           << " pos0 " << s.pos0 << " n " << s.n << " " << kernel << " warps " << warps;
+        std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d %-5s warps %2s: rel-L2 %.2e\n",
+                    kv::codec(c).name, s.n_kv, s.n_heads, s.d, s.pos0, s.n, kernel, warps, e);
       }
+      unsetenv("KVTAX_PREFILL_KERNEL");
       unsetenv("KVTAX_PREFILL_WARPS");
     }
   }

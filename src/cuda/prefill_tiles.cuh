@@ -1,0 +1,191 @@
+#pragma once
+// K/V tiles of the flash-prefill kernels (prefill_attention.cu: mma.sync; prefill_wgmma.cu: wgmma): kTile keys of
+// one KV head copied from the paged pool into shared memory and, for the decoding codecs, decoded there into f16
+// with the codec's factor applied. Where a decoded piece lands is the kernel's choice (a Layout): padded rows for
+// ldmatrix, or the 128-byte swizzle that wgmma reads.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/attention_launch.h"
+#include "cuda/mma.cuh"
+#include "cuda/prefill_launch.h"
+#include "kv/codecs/layout.h"
+
+namespace kvtax::cuda::detail {
+
+constexpr int kTile = 64;  // keys per tile; divides kPageTokens, so a tile never crosses a page
+
+// Row-major [token][d] f16 with rows D + 8 halves apart: the 8 rows one ldmatrix reads hit different banks.
+template <int D>
+struct PaddedTile {
+  static constexpr int kStride = D + 8;
+  static constexpr size_t kBytes = size_t(kTile) * kStride * 2;
+  // Halves from the tile's start to dims 8p..8p+7 of token `tok`.
+  __device__ static int at(int tok, int p) { return tok * kStride + 8 * p; }
+};
+
+// wgmma's 128-byte swizzle: 64-dim column blocks [D / 64][token][64], and in each 128-byte row the 16-byte piece p
+// sits at p ^ (token % 8), so the 8 rows of a core matrix fall in different banks. The tile must start on a
+// 1024-byte boundary (the swizzle pattern's period).
+template <int D>
+struct Sw128Tile {
+  static_assert(D % 64 == 0);
+  static constexpr size_t kBytes = size_t(kTile) * D * 2;
+  __device__ static int at(int tok, int p) { return (p / 8) * kTile * 64 + tok * 64 + ((p % 8) ^ (tok % 8)) * 8; }
+};
+
+__device__ __forceinline__ const uint8_t* tile_base(const PrefillArgs& a, const uint8_t* kh, int k0) {
+  const uint8_t* page = kh + size_t(__ldg(a.pages + (k0 >> kPageShift))) * a.page_bytes;
+  return page + size_t(k0 & (kPageTokens - 1)) * a.row_bytes;
+}
+
+// Raw bytes of one tile in shared memory: kTile K rows, then kTile V rows (row_bytes each, 16-byte multiple
+// in total since kTile * row_bytes is).
+__host__ __device__ constexpr size_t raw_tile_bytes(size_t row_bytes) { return 2 * kTile * row_bytes; }
+
+// Starts the copy of tokens k0 .. k0+kTile-1 of KV head h into `raw` (kThreads threads). Rows past the cache's
+// length are copied too (the page holds them) and zeroed when decoded.
+template <int kThreads>
+__device__ __forceinline__ void issue_tile(const PrefillArgs& a, const uint8_t* kh, int k0, uint8_t* raw) {
+  const uint8_t* base = tile_base(a, kh, k0);
+  const int n16 = int(kTile * a.row_bytes / 16);
+  for (int i = threadIdx.x; i < n16; i += kThreads) {
+    cp_async16(smem_addr(raw + 16 * i), base + 16 * i);
+    cp_async16(smem_addr(raw + kTile * a.row_bytes + 16 * i), base + a.v_offset + 16 * i);
+  }
+}
+
+// f16 rows straight into the f16 tiles k_s / v_s; keys at or past kend are zero-filled by the copy itself
+// (their bytes may be anything, NaN included, and P V would carry a NaN even at weight 0).
+template <int D, int kThreads, class Layout>
+__device__ __forceinline__ void issue_tile_f16(const PrefillArgs& a, const uint8_t* kh, int k0, int kend,
+                                               __half* k_s, __half* v_s) {
+  constexpr int kPer = D / 8, kPieces = kTile * kPer;  // 16-byte pieces: per row, per tile
+  const uint8_t* base = tile_base(a, kh, k0);
+#pragma unroll 2
+  for (int i = 0; i < (kPieces + kThreads - 1) / kThreads; ++i) {
+    const int idx = threadIdx.x + i * kThreads, tok = idx / kPer, p = idx % kPer;
+    if (kPieces % kThreads != 0 && idx >= kPieces) break;
+    const int live = k0 + tok < kend ? 16 : 0;
+    const uint8_t* src = base + size_t(tok) * a.row_bytes + 16 * p;
+    cp_async16(smem_addr(k_s + Layout::at(tok, p)), src, live);
+    cp_async16(smem_addr(v_s + Layout::at(tok, p)), src + a.v_offset, live);
+  }
+}
+
+__device__ __forceinline__ uint32_t half2_bits(__half2 h) {
+  return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
+}
+
+// Decodes a raw tile into k_s / v_s as f16 with the unit's factor applied; keys at or past kend become zeros
+// (their bytes may be anything, NaN included, and P V would carry a NaN even at weight 0).
+template <kv::CodecId C, int D, int kThreads, class Layout>
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, size_t row_bytes, int k0, int kend, const float* lv,
+                                            __half* k_s, __half* v_s) {
+  namespace layout = kv::layout;
+  constexpr int kUnits = D / layout::kUnit, kTotal = 2 * kTile * kUnits;
+  static_assert(layout::kUnit == 8, "one unit is one 16-byte f16 piece of the tile");
+#pragma unroll 4
+  for (int i = 0; i < (kTotal + kThreads - 1) / kThreads; ++i) {
+    const int idx = threadIdx.x + i * kThreads;  // consecutive threads: consecutive units of one row
+    if (kTotal % kThreads != 0 && idx >= kTotal) break;
+    const int row = idx / kUnits, u = idx % kUnits, tok = row % kTile;
+    const bool live = k0 + tok < kend;
+    uint4 p;
+    if constexpr (layout::kHasUnitDecodeHalf<C>) {
+      // Codes with an exact f16 form (fp8, q8, q4, q4r): integer bit moves, then one f16 product by the
+      // factor (zero for dead keys: their codes are finite in f16 whatever the bytes, the factor may not be).
+      __half2 hv[4];
+      const float f = layout::unit_decode_half<C, /*kNc=*/false>(raw + size_t(row) * row_bytes, D, u, hv);
+      const __half2 f2 = __float2half2_rn(live ? f : 0.0f);
+      p.x = half2_bits(__hmul2(hv[0], f2));
+      p.y = half2_bits(__hmul2(hv[1], f2));
+      p.z = half2_bits(__hmul2(hv[2], f2));
+      p.w = half2_bits(__hmul2(hv[3], f2));
+    } else {
+      float y[8];
+      const float f = layout::unit_decode<C, /*kNc=*/false>(raw + size_t(row) * row_bytes, D, u, lv, y);
+      p.x = pack_half2(live ? y[0] * f : 0.0f, live ? y[1] * f : 0.0f);
+      p.y = pack_half2(live ? y[2] * f : 0.0f, live ? y[3] * f : 0.0f);
+      p.z = pack_half2(live ? y[4] * f : 0.0f, live ? y[5] * f : 0.0f);
+      p.w = pack_half2(live ? y[6] * f : 0.0f, live ? y[7] * f : 0.0f);
+    }
+    *reinterpret_cast<uint4*>((row < kTile ? k_s : v_s) + Layout::at(tok, u)) = p;
+  }
+}
+
+// Offset of query row r (position-major in KV head h's group; rows past the chunk clamp to its last) in q / out.
+__device__ __forceinline__ size_t row_offset(const PrefillArgs& a, int h, int r, int d) {
+  r = min(r, a.n_tok * a.n_rep - 1);
+  return (size_t(r / a.n_rep) * a.n_kv_heads * a.n_rep + size_t(h) * a.n_rep + r % a.n_rep) * d;
+}
+
+// The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
+// as f16 into padded rows of D + 8 halves: 4 values per thread per step.
+template <int D, int kThreads, int kRows>
+__device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float qs = rsqrtf(float(D)) * kLog2e;
+  for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
+    const int r = i / (D / 4), d0 = (i % (D / 4)) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(a.q + row_offset(a, h, r_block + r, D) + d0);
+    *reinterpret_cast<uint2*>(q_s + r * (D + 8) + d0) =
+        make_uint2(pack_half2(x.x * qs, x.y * qs), pack_half2(x.z * qs, x.w * qs));
+  }
+}
+
+// One online-softmax step over kN keys kj.. for one warp's rows g and g + 8 (positions pa, pb): scores s (base 2,
+// C fragments) are masked where causal, the running maxima and sums (ma, mb, la, lb) and the output o rise to
+// include them, and the weights come back as f16 A fragments of P (pf[k] covers keys 16k..16k+15).
+template <int kN, int kO>
+__device__ __forceinline__ void softmax_step(float (&s)[kN / 8][4], int kj, int warp_min, int pa, int pb, int c,
+                                             float& ma, float& mb, float& la, float& lb, float (&o)[kO][4],
+                                             uint32_t (&pf)[kN / 16][4]) {
+  if (kj + kN - 1 > warp_min) {  // causal mask (also covers the zero rows past kend)
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (kj + nt * 8 + 2 * c + (e & 1) > (e < 2 ? pa : pb)) s[nt][e] = -INFINITY;
+  }
+  float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
+    mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
+  }
+  quad_max(mxa, mxb);
+  // Key 0 is in the first step and every row sees it, so the running maxima are finite from there on.
+  const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
+  la *= ca;
+  lb *= cb;
+  scale_rows(o, ca, cb);
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);
+    const float p2 = exp2_fast(s[nt][2] - mb), p3 = exp2_fast(s[nt][3] - mb);
+    la += p0 + p1;
+    lb += p2 + p3;
+    pf[nt / 2][(nt % 2) * 2] = pack_half2(p0, p1);
+    pf[nt / 2][(nt % 2) * 2 + 1] = pack_half2(p2, p3);
+  }
+}
+
+// o / l of one warp's rows ra and ra + 8 into a.out (rows past the chunk are not stored).
+template <int D>
+__device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, int c, const float (&o)[D / 8][4],
+                                           float la, float lb) {
+  quad_sum(la, lb);
+  const float ia = 1.0f / la, ib = 1.0f / lb;
+  const int rb = ra + 8, n_rows = a.n_tok * a.n_rep;
+  float* oa = ra < n_rows ? a.out + row_offset(a, h, ra, D) : nullptr;
+  float* ob = rb < n_rows ? a.out + row_offset(a, h, rb, D) : nullptr;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int d0 = dn * 8 + 2 * c;
+    if (oa) *reinterpret_cast<float2*>(oa + d0) = make_float2(o[dn][0] * ia, o[dn][1] * ia);
+    if (ob) *reinterpret_cast<float2*>(ob + d0) = make_float2(o[dn][2] * ib, o[dn][3] * ib);
+  }
+}
+
+}  // namespace kvtax::cuda::detail

@@ -1,0 +1,163 @@
+// Flash-prefill on Hopper's warpgroup MMA (prefill_launch.h; the mma.sync kernel is prefill_attention.cu).
+//
+// Block: G warpgroups of 64 query rows each, rows of one GQA group taken position-major as in the mma.sync
+// kernel, so each decoded K/V tile serves every query head of the group. Per 64-key tile a warpgroup computes
+// S = Q K^T as 8 (head_dim 128) wgmma m64n64k16 with q's fragments held in registers for the whole kernel and K
+// read by the tensor cores straight from shared memory, runs the online softmax on the accumulators, and adds
+// P V as 4 wgmma m64nDk16 with P in registers and V read from shared memory transposed (N-major). The tiles sit
+// in shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
+// directly, the other codecs are decoded there from raw stages, exactly as in the mma.sync kernel.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/mma.cuh"
+#include "cuda/prefill_launch.h"
+#include "cuda/prefill_tiles.cuh"
+#include "cuda/wgmma.cuh"
+#include "kv/codecs/layout.h"
+
+namespace kvtax::cuda::detail {
+namespace {
+
+using kv::CodecId;
+
+template <CodecId C>
+constexpr bool kDirect = C == CodecId::f16;
+
+// Shared memory (bytes from a 1024-byte aligned base): the f16 K/V tiles first (kStages of them for f16, which
+// copies straight into them; one for the decoding codecs), then the raw stages, then q as padded f16 rows.
+template <CodecId C, int D, int G>
+struct WgSmem {
+  static constexpr int kStages = kDirect<C> ? 2 : 1;
+  static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;  // K then V; both 1024-byte multiples
+  static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
+  static constexpr size_t raw_at = kStages * tile, q_at = raw_at + 2 * raw;
+  static constexpr size_t total = q_at + size_t(64 * G) * (D + 8) * 2 + 1024;  // + alignment slack
+};
+
+template <CodecId C, int D, int G>
+__global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a) {
+#if KVTAX_WGMMA
+  constexpr int kThreads = 128 * G, kRows = 64 * G;
+  using M = WgSmem<C, D, G>;
+  using L = Sw128Tile<D>;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % M::kStages) * M::tile); };
+  auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
+  __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
+  __shared__ float lv[16];
+
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4, wg = warp / 4;
+  const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
+  const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows, r_warp = r_block + warp * 16;
+  auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
+  const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
+  const int wg_max = pos_of(r_block + 64 * wg + 63);  // the warpgroup's products are all or nothing
+  const int kend = pos_of(r_block + kRows - 1) + 1;
+  if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
+
+  const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
+  if constexpr (kDirect<C>) {
+    issue_tile_f16<D, kThreads, L>(a, kh, 0, kend, tile(0), tile(0) + kTile * D);
+  } else {
+    issue_tile<kThreads>(a, kh, 0, raw(0));
+  }
+  cp_commit();
+  stage_q<D, kThreads, kRows>(a, h, r_block, q_s);
+  __syncthreads();
+  // q's A fragments for every 16-dim step, kept in registers: (rows 0-7 | 8-15) x (d 0-7 | 8-15) per ldmatrix.
+  uint32_t qa[D / 16][4];
+  {
+    const int lr = lane % 8, lm = lane / 8;
+    const uint32_t q_addr = smem_addr(q_s + (warp * 16 + (lm % 2) * 8 + lr) * (D + 8) + (lm / 2) * 8);
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(q_addr + ks * 32, qa[ks]);
+  }
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+
+  for (int k0 = 0, t = 0; k0 < kend; k0 += kTile, ++t) {
+    __half* k_s;
+    if constexpr (kDirect<C>) {
+      cp_wait<0>();
+      fence_proxy_async();  // this thread's copies, before the barrier, visible to the tensor cores' reads
+      __syncthreads();      // tile t is in; tile t-1's products have completed in every warpgroup
+      if (k0 + kTile < kend) {
+        __half* nx = tile(t + 1);
+        issue_tile_f16<D, kThreads, L>(a, kh, k0 + kTile, kend, nx, nx + kTile * D);
+      }
+      cp_commit();
+      k_s = tile(t);
+    } else {
+      if (k0 + kTile < kend) issue_tile<kThreads>(a, kh, k0 + kTile, raw(t + 1));
+      cp_commit();  // possibly empty: the wait below always means "all but the newest group"
+      cp_wait<1>();
+      __syncthreads();  // this tile's bytes are in, the previous decoded tile's products have completed
+      k_s = tile(0);
+      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, k0, kend, lv, k_s, k_s + kTile * D);
+      fence_proxy_async();
+      __syncthreads();
+    }
+    if (k0 > wg_max) continue;  // every key of the tile is in the future of this warpgroup's rows
+    const uint32_t k_addr = smem_addr(k_s), v_addr = smem_addr(k_s + kTile * D);
+    float s[kTile / 8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)  // K-major: dims ks*16.. are 32 bytes into 64-dim block ks / 4
+      wgmma_f16<kTile, false>(s, qa[ks], sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024),
+                              ks > 0);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(s);
+    uint32_t pf[kTile / 16][4];
+    softmax_step<kTile>(s, k0, warp_min, pa, pb, c, ma, mb, la, lb, o, pf);
+    wgmma_fence();
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk)  // N-major V: keys kk*16.. are 16 rows of 128 bytes further
+      wgmma_f16<D, true>(o, pf[kk], sw128_desc(v_addr + kk * 16 * 128, kTile * 128, 1024), true);
+    wgmma_commit();
+    wgmma_wait<0>();
+    fence_acc(o);
+  }
+  store_rows<D>(a, h, r_warp + g, c, o, la, lb);
+#endif
+}
+
+template <CodecId C, int D, int G>
+cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
+  using M = WgSmem<C, D, G>;
+  static const cudaError_t prepared = cudaFuncSetAttribute(
+      prefill_wgmma_kernel<C, D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
+  if (prepared != cudaSuccess) return prepared;
+  const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + 64 * G - 1) / (64 * G));
+  prefill_wgmma_kernel<C, D, G><<<grid, 128 * G, M::total, s>>>(a);
+  return cudaGetLastError();
+}
+
+__global__ void probe_kernel(int* out) { *out = kHasWgmma ? 1 : 0; }
+
+}  // namespace
+
+bool prefill_wgmma_available() {
+  static const bool ok = [] {
+    int* d = nullptr;
+    int v = 0;
+    if (cudaMalloc(&d, sizeof(int)) != cudaSuccess) return false;
+    probe_kernel<<<1, 1>>>(d);
+    const bool ran = cudaMemcpy(&v, d, sizeof(int), cudaMemcpyDeviceToHost) == cudaSuccess;
+    cudaFree(d);
+    return ran && v == 1;
+  }();
+  return ok;
+}
+
+cudaError_t launch_prefill_wgmma(const PrefillArgs& a, cudaStream_t s) {
+  if (a.n_tok <= 0) return cudaSuccess;
+  return dispatch(AllCodecs{}, Dims<64, 128>{}, a.codec, a.head_dim,
+                  [&]<CodecId C, int D>() { return launch_groups<C, D, 2>(a, s); });
+}
+
+}  // namespace kvtax::cuda::detail
