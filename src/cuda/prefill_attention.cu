@@ -29,7 +29,6 @@ namespace layout = kv::layout;
 
 // W warps per block (8 or 16, chosen per codec in prefill_attention.cpp), 16 rows each.
 constexpr int kSub = 32;
-constexpr size_t kMaxSmem = 227 * 1024;  // dynamic shared memory one block may take on sm_90
 
 // f16 rows are already the operand format: their tiles are copied straight into the padded f16 stages (no
 // raw stage, no decode pass), which keeps the block's shared memory small enough for two blocks per SM.

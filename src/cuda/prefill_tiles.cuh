@@ -14,6 +14,7 @@
 namespace kvtax::cuda::detail {
 
 constexpr int kTile = 64;  // keys per tile; divides kPageTokens, so a tile never crosses a page
+constexpr size_t kMaxSmem = 227 * 1024;  // dynamic shared memory one block may take on sm_90
 
 // Row-major [token][d] f16 with rows D + 8 halves apart: the 8 rows one ldmatrix reads hit different banks.
 template <int D>

@@ -24,17 +24,23 @@ using kv::CodecId;
 template <CodecId C>
 constexpr bool kDirect = C == CodecId::f16;
 
-// Shared memory (bytes from a 1024-byte aligned base): the f16 K/V tiles first (kStages of them for f16, which
-// copies straight into them; one for the decoding codecs), then the raw stages, then q as padded f16 rows.
+// Shared memory (bytes from a 1024-byte aligned base): three f16 K/V tiles, then (decoding codecs) two raw stages,
+// then q as padded f16 rows. Three tiles because a tile's P V product is still in flight while the next tile's
+// S = Q K^T runs and the one after it is filled.
 template <CodecId C, int D, int G>
 struct WgSmem {
-  static constexpr int kStages = kDirect<C> ? 2 : 1;
+  static constexpr int kTiles = 3;
   static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;  // K then V; both 1024-byte multiples
   static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
-  static constexpr size_t raw_at = kStages * tile, q_at = raw_at + 2 * raw;
+  static constexpr size_t raw_at = kTiles * tile, q_at = raw_at + 2 * raw;
   static constexpr size_t total = q_at + size_t(64 * G) * (D + 8) * 2 + 1024;  // + alignment slack
 };
 
+// Per tile t, in every warpgroup: S(t) = Q K(t)^T is issued and, while the tensor cores run it (and P V of tile
+// t-1), the threads fill tile t+1: f16 rows by cp.async, the other codecs by decoding the raw bytes that landed
+// during tile t-1. Then the softmax of S(t) and P V(t) is issued without waiting for it. One barrier per tile.
+// Tile t+1 overwrites tile t-2, whose products every warpgroup waited for before this tile's barrier (an
+// active warpgroup at its wait for S(t-1), an idle one at its own wait).
 template <CodecId C, int D, int G>
 __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a) {
 #if KVTAX_WGMMA
@@ -43,7 +49,7 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
   using L = Sw128Tile<D>;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % M::kStages) * M::tile); };
+  auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % M::kTiles) * M::tile); };
   auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
   __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
   __shared__ float lv[16];
@@ -56,16 +62,31 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
   const int wg_max = pos_of(r_block + 64 * wg + 63);  // the warpgroup's products are all or nothing
   const int kend = pos_of(r_block + kRows - 1) + 1;
   if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
-
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
-  if constexpr (kDirect<C>) {
-    issue_tile_f16<D, kThreads, L>(a, kh, 0, kend, tile(0), tile(0) + kTile * D);
-  } else {
-    issue_tile<kThreads>(a, kh, 0, raw(0));
-  }
-  cp_commit();
+
+  // Fills tile t: f16 copies (in flight until the next barrier's wait), or the decode of raw(t), already landed.
+  auto fill = [&](int t) {
+    const int k0 = t * kTile;
+    if constexpr (kDirect<C>) {
+      issue_tile_f16<D, kThreads, L>(a, kh, k0, kend, tile(t), tile(t) + kTile * D);
+      cp_commit();
+    } else {
+      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, k0, kend, lv, tile(t), tile(t) + kTile * D);
+    }
+  };
+  // Decoding codecs: raw(t) is copied two tiles ahead of its decode.
+  auto fetch_raw = [&](int t) {
+    if constexpr (!kDirect<C>) {
+      if (t * kTile < kend) issue_tile<kThreads>(a, kh, t * kTile, raw(t));
+      cp_commit();
+    }
+  };
+  fetch_raw(0);
+  fetch_raw(1);
   stage_q<D, kThreads, kRows>(a, h, r_block, q_s);
-  __syncthreads();
+  if constexpr (!kDirect<C>) cp_wait<1>();  // raw(0)
+  __syncthreads();                         // q, lv and raw(0) from every thread
+  fill(0);
   // q's A fragments for every 16-dim step, kept in registers: (rows 0-7 | 8-15) x (d 0-7 | 8-15) per ldmatrix.
   uint32_t qa[D / 16][4];
   {
@@ -80,38 +101,26 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
   for (int k0 = 0, t = 0; k0 < kend; k0 += kTile, ++t) {
-    __half* k_s;
-    if constexpr (kDirect<C>) {
-      cp_wait<0>();
-      fence_proxy_async();  // this thread's copies, before the barrier, visible to the tensor cores' reads
-      __syncthreads();      // tile t is in; tile t-1's products have completed in every warpgroup
-      if (k0 + kTile < kend) {
-        __half* nx = tile(t + 1);
-        issue_tile_f16<D, kThreads, L>(a, kh, k0 + kTile, kend, nx, nx + kTile * D);
-      }
-      cp_commit();
-      k_s = tile(t);
-    } else {
-      if (k0 + kTile < kend) issue_tile<kThreads>(a, kh, k0 + kTile, raw(t + 1));
-      cp_commit();  // possibly empty: the wait below always means "all but the newest group"
-      cp_wait<1>();
-      __syncthreads();  // this tile's bytes are in, the previous decoded tile's products have completed
-      k_s = tile(0);
-      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, k0, kend, lv, k_s, k_s + kTile * D);
-      fence_proxy_async();
-      __syncthreads();
-    }
-    if (k0 > wg_max) continue;  // every key of the tile is in the future of this warpgroup's rows
-    const uint32_t k_addr = smem_addr(k_s), v_addr = smem_addr(k_s + kTile * D);
+    cp_wait<0>();         // f16: tile t's rows; decoding codecs: raw(t + 1)
+    fence_proxy_async();  // this thread's writes of tile t, before the barrier, visible to the tensor cores
+    __syncthreads();
+    fetch_raw(t + 2);  // into raw(t), decoded before this barrier
+    const bool active = k0 <= wg_max;  // otherwise every key from here on is in the future of the group's rows
+    const uint32_t k_addr = smem_addr(tile(t)), v_addr = k_addr + kTile * D * 2;
     float s[kTile / 8][4];
-    wgmma_fence();
+    if (active) {
+      wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)  // K-major: dims ks*16.. are 32 bytes into 64-dim block ks / 4
-      wgmma_f16<kTile, false>(s, qa[ks], sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024),
-                              ks > 0);
-    wgmma_commit();
-    wgmma_wait<0>();
+      for (int ks = 0; ks < D / 16; ++ks)  // K-major: dims ks*16.. are 32 bytes into 64-dim block ks / 4
+        wgmma_f16<kTile, false>(s, qa[ks], sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024),
+                                ks > 0);
+      wgmma_commit();
+    }
+    if (k0 + kTile < kend) fill(t + 1);
+    wgmma_wait<0>();  // S(t) and P V(t-1); an idle warpgroup's last P V
+    if (!active) continue;
     fence_acc(s);
+    fence_acc(o);
     uint32_t pf[kTile / 16][4];
     softmax_step<kTile>(s, k0, warp_min, pa, pb, c, ma, mb, la, lb, o, pf);
     wgmma_fence();
@@ -119,9 +128,9 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
     for (int kk = 0; kk < kTile / 16; ++kk)  // N-major V: keys kk*16.. are 16 rows of 128 bytes further
       wgmma_f16<D, true>(o, pf[kk], sw128_desc(v_addr + kk * 16 * 128, kTile * 128, 1024), true);
     wgmma_commit();
-    wgmma_wait<0>();
-    fence_acc(o);
   }
+  wgmma_wait<0>();
+  fence_acc(o);
   store_rows<D>(a, h, r_warp + g, c, o, la, lb);
 #endif
 }
@@ -129,6 +138,11 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 template <CodecId C, int D, int G>
 cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
   using M = WgSmem<C, D, G>;
+  if constexpr (M::total > kMaxSmem) {  // f32 rows: raw stages too large for three tiles beside them
+    PrefillArgs b = a;
+    b.wgmma = false;
+    return launch_prefill(b, s);
+  }
   static const cudaError_t prepared = cudaFuncSetAttribute(
       prefill_wgmma_kernel<C, D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
   if (prepared != cudaSuccess) return prepared;

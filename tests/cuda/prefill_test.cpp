@@ -36,7 +36,8 @@ struct Shape { int n_kv, n_heads, d, pos0, n; };
 TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
   REQUIRE_GPU();
   const Shape shapes[] = {{2, 8, 128, 0, 133}, {2, 8, 128, 223, 77}, {4, 4, 64, 0, 300}, {1, 7, 64, 40, 61},
-                          {8, 32, 128, 1000, 129}, {2, 8, 128, 0, 1100}};
+                          {8, 32, 128, 1000, 129}, {2, 8, 128, 0, 1100}, {2, 8, 64, 0, 133},
+                          {4, 4, 128, 0, 300},     {1, 7, 128, 40, 61}};
   uint64_t seed = 4000;
   for (int ci = 0; ci < kv::kNumCodecs; ++ci) {
     const auto c = kv::CodecId(ci);
