@@ -15,7 +15,8 @@ struct PrefillArgs : PagedKvArgs {
   int n_tok, pos0;
   int warps;  // mma.sync kernel: 8 (128 rows per block, two blocks per SM) or 16 (256 rows, one block; where shared
              // memory allows)
-  bool wgmma;  // the warpgroup-MMA kernel (prefill_wgmma.cu) instead; only where prefill_wgmma_available()
+  bool wgmma;  // the warpgroup-MMA kernel (prefill_wgmma.cu) instead, for head_dim 128; only where
+              // prefill_wgmma_available()
 };
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);
