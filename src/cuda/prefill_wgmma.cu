@@ -24,24 +24,24 @@ using kv::CodecId;
 template <CodecId C>
 constexpr bool kDirect = C == CodecId::f16;
 
-// Shared memory (bytes from a 1024-byte aligned base): four f16 K/V tiles, then (decoding codecs) two raw stages.
-// q is staged as padded f16 rows in tiles 2-3 before they are first filled. Four tiles because tile t+2 is
-// filled while S(t+1) and P V(t) still read tiles t+1 and t.
+// Shared memory (bytes from a 1024-byte aligned base): three f16 K/V tiles, then (decoding codecs) two raw stages,
+// then q as padded f16 rows. Three tiles because a tile's P V product is still in flight while the next tile's
+// S = Q K^T runs and the one after it is filled.
 template <CodecId C, int D, int G>
 struct WgSmem {
-  static constexpr int kTiles = 4;
+  static constexpr int kTiles = 3;
   static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;  // K then V; both 1024-byte multiples
   static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
-  static constexpr size_t raw_at = kTiles * tile;
-  static_assert(size_t(64 * G) * (D + 8) * 2 <= 2 * tile, "q fits in tiles 2-3");
-  static constexpr size_t total = raw_at + 2 * raw + 1024;  // + alignment slack
+  static constexpr size_t raw_at = kTiles * tile, q_at = raw_at + 2 * raw;
+  static constexpr size_t total = q_at + size_t(64 * G) * (D + 8) * 2 + 1024;  // + alignment slack
 };
 
-// Each warpgroup keeps two score tiles in flight: in step t it issues S(t+1) = Q K(t+1)^T, then, while the
-// tensor cores run it (and P V(t-1)), fills tile t+2 (f16 rows by cp.async; the other codecs by decoding raw
-// bytes that landed a step earlier), runs the online softmax of S(t) and issues P V(t) without waiting for it.
-// One barrier per step makes tile t+1 visible. Tile t+2 overwrites tile t-2, whose products every warpgroup
-// has waited for by then (an active one at step t-1's wait, an idle one at its own).
+// Per tile t, in every warpgroup: S(t) = Q K(t)^T is issued and, while the tensor cores run it (and P V of tile
+// t-1), the threads fill tile t+1: f16 rows by cp.async, the other codecs by decoding the raw bytes that landed
+// during tile t-1. Then the softmax of S(t) and P V(t) is issued without waiting for it. One barrier per tile.
+// Tile t+1 overwrites tile t-2, whose products every warpgroup waited for before this tile's barrier (at its
+// wait for S(t-1)). Every warpgroup runs every tile of the block, even one wholly in its rows' future (masked to
+// zero weight): a wgmma on a path that depends on the thread makes ptxas serialize all of them.
 template <CodecId C, int D, int G>
 __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a) {
 #if KVTAX_WGMMA
@@ -52,54 +52,41 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % M::kTiles) * M::tile); };
   auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
-  __half* q_s = reinterpret_cast<__half*>(smem + 2 * M::tile);
+  __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
   __shared__ float lv[16];
 
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4, wg = warp / 4;
+  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows, r_warp = r_block + warp * 16;
   auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
   const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
-  const int wg_max = pos_of(r_block + 64 * wg + 63);  // the warpgroup's products are all or nothing
-  const int kend = pos_of(r_block + kRows - 1) + 1, n_tiles = (kend + kTile - 1) / kTile;
-  // Tile t has keys the warpgroup's rows see (later tiles are all in their future).
-  auto active = [&](int t) { return t < n_tiles && t * kTile <= wg_max; };
+  const int kend = pos_of(r_block + kRows - 1) + 1;
   if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
 
-  // Fills tile t: f16 copies (in flight until the next barrier's wait), or the decode of raw(t), landed.
+  // Fills tile t: f16 copies (in flight until the next barrier's wait), or the decode of raw(t), already landed.
   auto fill = [&](int t) {
-    if (t >= n_tiles) return;
+    const int k0 = t * kTile;
     if constexpr (kDirect<C>) {
-      issue_tile_f16<D, kThreads, L>(a, kh, t * kTile, kend, tile(t), tile(t) + kTile * D);
+      issue_tile_f16<D, kThreads, L>(a, kh, k0, kend, tile(t), tile(t) + kTile * D);
       cp_commit();
     } else {
-      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, t * kTile, kend, lv, tile(t), tile(t) + kTile * D);
+      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, k0, kend, lv, tile(t), tile(t) + kTile * D);
     }
   };
-  auto fetch_raw = [&](int t) {  // decoding codecs: the raw bytes of tile t, decoded a step later
+  // Decoding codecs: raw(t) is copied two tiles ahead of its decode.
+  auto fetch_raw = [&](int t) {
     if constexpr (!kDirect<C>) {
-      if (t < n_tiles) issue_tile<kThreads>(a, kh, t * kTile, raw(t));
+      if (t * kTile < kend) issue_tile<kThreads>(a, kh, t * kTile, raw(t));
       cp_commit();
     }
   };
-  auto issue_s = [&](int t, float (&s)[kTile / 8][4], const uint32_t (&qa)[D / 16][4]) {
-    if (active(t)) {
-      const uint32_t k_addr = smem_addr(tile(t));
-      wgmma_fence();
-#pragma unroll
-      for (int ks = 0; ks < D / 16; ++ks)  // K-major: dims ks*16.. are 32 bytes into 64-dim block ks / 4
-        wgmma_f16<kTile, false>(s, qa[ks], sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024),
-                                ks > 0);
-    }
-    wgmma_commit();  // possibly empty: the waits below count one group per issue_s and per P V
-  };
-
   fetch_raw(0);
   fetch_raw(1);
   stage_q<D, kThreads, kRows>(a, h, r_block, q_s);
-  cp_wait<0>();
-  __syncthreads();  // q, lv and the raw bytes of tiles 0-1 from every thread
+  if constexpr (!kDirect<C>) cp_wait<1>();  // raw(0)
+  __syncthreads();                         // q, lv and raw(0) from every thread
+  fill(0);
   // q's A fragments for every 16-dim step, kept in registers: (rows 0-7 | 8-15) x (d 0-7 | 8-15) per ldmatrix.
   uint32_t qa[D / 16][4];
   {
@@ -108,46 +95,35 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(q_addr + ks * 32, qa[ks]);
   }
-  fill(0);
-  cp_wait<0>();
-  fence_proxy_async();
-  __syncthreads();  // tile 0 visible; q read by every warp (tiles 2-3 are free); raw(0) decoded
-  fetch_raw(2);
-  fill(1);
   float o[D / 8][4];
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-  float s0[kTile / 8][4], s1[kTile / 8][4];
-  issue_s(0, s0, qa);
 
-  // Step t: s holds S(t) in flight, s_next receives S(t+1).
-  auto step = [&](int t, float (&s)[kTile / 8][4], float (&s_next)[kTile / 8][4]) {
-    cp_wait<0>();         // f16: tile t+1's rows; decoding codecs: raw(t+2)
-    fence_proxy_async();  // this thread's writes of tile t+1, before the barrier, visible to the tensor cores
+  for (int k0 = 0, t = 0; k0 < kend; k0 += kTile, ++t) {
+    cp_wait<0>();         // f16: tile t's rows; decoding codecs: raw(t + 1)
+    fence_proxy_async();  // this thread's writes of tile t, before the barrier, visible to the tensor cores
     __syncthreads();
-    fetch_raw(t + 3);  // into raw(t+1), decoded before this barrier
-    issue_s(t + 1, s_next, qa);
-    fill(t + 2);
-    if (!active(t)) {
-      wgmma_wait<0>();  // an idle warpgroup's last P V, before its tile is refilled
-      return;
-    }
-    wgmma_wait<1>();  // S(t) and P V(t-1); S(t+1) may still run
+    fetch_raw(t + 2);  // into raw(t), decoded before this barrier
+    const uint32_t k_addr = smem_addr(tile(t)), v_addr = k_addr + kTile * D * 2;
+    float s[kTile / 8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)  // K-major: dims ks*16.. are 32 bytes into 64-dim block ks / 4
+      wgmma_f16<kTile, false>(s, qa[ks], sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024),
+                              ks > 0);
+    wgmma_commit();
+    if (k0 + kTile < kend) fill(t + 1);
+    wgmma_wait<0>();  // S(t) and P V(t-1)
     fence_acc(s);
     fence_acc(o);
     uint32_t pf[kTile / 16][4];
-    softmax_step<kTile>(s, t * kTile, warp_min, pa, pb, c, ma, mb, la, lb, o, pf);
-    const uint32_t v_addr = smem_addr(tile(t) + kTile * D);
+    softmax_step<kTile>(s, k0, warp_min, pa, pb, c, ma, mb, la, lb, o, pf);
     wgmma_fence();
 #pragma unroll
     for (int kk = 0; kk < kTile / 16; ++kk)  // N-major V: keys kk*16.. are 16 rows of 128 bytes further
       wgmma_f16<D, true>(o, pf[kk], sw128_desc(v_addr + kk * 16 * 128, kTile * 128, 1024), true);
     wgmma_commit();
-  };
-  for (int t = 0; t < n_tiles; t += 2) {  // two steps per turn: the score tiles swap roles
-    step(t, s0, s1);
-    if (t + 1 < n_tiles) step(t + 1, s1, s0);
   }
   wgmma_wait<0>();
   fence_acc(o);
