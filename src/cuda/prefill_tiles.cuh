@@ -28,11 +28,11 @@ struct PaddedTile {
 // wgmma's 128-byte swizzle: 64-dim column blocks [D / 64][token][64], and in each 128-byte row the 16-byte piece p
 // sits at p ^ (token % 8), so the 8 rows of a core matrix fall in different banks. The tile must start on a
 // 1024-byte boundary (the swizzle pattern's period).
-template <int D>
+template <int D, int kRowsT = kTile>
 struct Sw128Tile {
   static_assert(D % 64 == 0);
-  static constexpr size_t kBytes = size_t(kTile) * D * 2;
-  __device__ static int at(int tok, int p) { return (p / 8) * kTile * 64 + tok * 64 + ((p % 8) ^ (tok % 8)) * 8; }
+  static constexpr size_t kBytes = size_t(kRowsT) * D * 2;
+  __device__ static int at(int tok, int p) { return (p / 8) * kRowsT * 64 + tok * 64 + ((p % 8) ^ (tok % 8)) * 8; }
 };
 
 __device__ __forceinline__ const uint8_t* tile_base(const PrefillArgs& a, const uint8_t* kh, int k0) {
@@ -122,15 +122,15 @@ __device__ __forceinline__ size_t row_offset(const PrefillArgs& a, int h, int r,
 }
 
 // The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
-// as f16 into padded rows of D + 8 halves: 4 values per thread per step.
-template <int D, int kThreads, int kRows>
+// as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>): 4 values per thread per step.
+template <int D, int kThreads, int kRows, class Layout = PaddedTile<D>>
 __device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block, __half* q_s) {
   constexpr float kLog2e = 1.4426950408889634f;
   const float qs = rsqrtf(float(D)) * kLog2e;
   for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
     const int r = i / (D / 4), d0 = (i % (D / 4)) * 4;
     const float4 x = *reinterpret_cast<const float4*>(a.q + row_offset(a, h, r_block + r, D) + d0);
-    *reinterpret_cast<uint2*>(q_s + r * (D + 8) + d0) =
+    *reinterpret_cast<uint2*>(q_s + Layout::at(r, d0 / 8) + d0 % 8) =
         make_uint2(pack_half2(x.x * qs, x.y * qs), pack_half2(x.z * qs, x.w * qs));
   }
 }

@@ -10,6 +10,9 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
 #include "cuda/prefill_tiles.cuh"
@@ -131,6 +134,155 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 #endif
 }
 
+// Warp-specialized form (FlashAttention-3's shape). Warpgroup 0 produces the K/V tiles into three stages: f16
+// rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 1-2
+// consume them, 64 query rows each, with q in shared memory as the A operand. The consumers take turns (named
+// barriers 1 and 2) to issue S(t) together with P V(t-1), so one's softmax runs while the other's products
+// keep the tensor cores busy; no product is ever in flight during a softmax. Stage hand-off by mbarriers: full
+// (the producer's 128 threads arrive once the tile is written and fenced) and empty (one thread per consumer
+// arrives once its products over the tile have completed).
+template <CodecId C, int D>
+struct WsSmem {
+  static constexpr int kStages = 3, kRows = 128;
+  static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;
+  static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
+  static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
+  static constexpr size_t total = raw_at + 2 * raw + 1024;  // + alignment slack
+};
+
+template <CodecId C, int D>
+__global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
+#if KVTAX_WGMMA
+  using M = WsSmem<C, D>;
+  using L = Sw128Tile<D>;
+  constexpr int kRows = M::kRows, kStages = M::kStages;
+  extern __shared__ __align__(1024) uint8_t smem_raw[];
+  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
+  auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % kStages) * M::tile); };
+  auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
+  __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
+  __shared__ float lv[16];
+  __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[3], empty[3], raw_full[2]
+  auto full = [&](int t) { return smem_addr(&bars[t % kStages]); };
+  auto empty = [&](int t) { return smem_addr(&bars[kStages + t % kStages]); };
+  auto raw_full = [&](int t) { return smem_addr(&bars[2 * kStages + (t & 1)]); };
+
+  const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, c4 = lane % 4;
+  const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform to the compiler: roles branch on it
+  const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
+  const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
+  auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
+  const int kend = pos_of(r_block + kRows - 1) + 1, n_tiles = (kend + kTile - 1) / kTile;
+  const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
+  if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
+  if (tid == 0) {
+    for (int i = 0; i < kStages; ++i) {
+      mbar_init(full(i), 128);
+      mbar_init(empty(i), 2);
+    }
+    mbar_init(raw_full(0), 1);
+    mbar_init(raw_full(1), 1);
+  }
+  stage_q<D, 384, kRows, Sw128Tile<D, kRows>>(a, h, r_block, q_s);
+  fence_proxy_async();
+  __syncthreads();  // barriers initialised; q and lv written
+
+  if (wg == 0) {  // producer
+    const uint32_t raw_bytes = uint32_t(kTile * a.row_bytes);
+    auto fetch_raw = [&](int t) {  // one thread: K rows and V rows of tile t, two bulk copies
+      if (t >= n_tiles) return;
+      const uint8_t* src = tile_base(a, kh, t * kTile);
+      mbar_expect_bytes(raw_full(t), 2 * raw_bytes);
+      bulk_copy(smem_addr(raw(t)), src, raw_bytes, raw_full(t));
+      bulk_copy(smem_addr(raw(t) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(t));
+    };
+    if constexpr (!kDirect<C>) {
+      if (tid == 0) {
+        fetch_raw(0);
+        fetch_raw(1);
+      }
+    }
+    for (int t = 0; t < n_tiles; ++t) {
+      if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - 3's products are done
+      if constexpr (kDirect<C>) {
+        issue_tile_f16<D, 128, L>(a, kh, t * kTile, kend, tile(t), tile(t) + kTile * D);
+        cp_commit();
+        if (t > 0) {  // tile t-1 landed: fence it for the tensor cores and hand it over
+          cp_wait<1>();
+          fence_proxy_async();
+          mbar_arrive(full(t - 1));
+        }
+      } else {
+        mbar_wait(raw_full(t), (t / 2) & 1);
+        decode_tile<C, D, 128, L>(raw(t), a.row_bytes, t * kTile, kend, lv, tile(t), tile(t) + kTile * D);
+        fence_proxy_async();
+        mbar_arrive(full(t));
+        bar_sync<128>(3);  // every producer thread is done reading raw(t)
+        if (tid == 0) fetch_raw(t + 2);
+      }
+    }
+    if constexpr (kDirect<C>) {
+      cp_wait<0>();
+      fence_proxy_async();
+      mbar_arrive(full(n_tiles - 1));
+    }
+    return;
+  }
+
+  // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
+  const int cw = wg - 1, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
+  const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
+  const uint32_t q_addr = smem_addr(q_s) + cw * 64 * 128;
+  float o[D / 8][4];
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
+  float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
+  uint32_t pf[kTile / 16][4];
+  auto issue_pv = [&](int t) {  // O += P(t) V(t); N-major V: keys kk*16.. are 16 rows of 128 bytes further
+    const uint32_t v_addr = smem_addr(tile(t) + kTile * D);
+#pragma unroll
+    for (int kk = 0; kk < kTile / 16; ++kk)
+      wgmma_f16<D, true>(o, pf[kk], sw128_desc(v_addr + kk * 16 * 128, kTile * 128, 1024), true);
+  };
+  if (cw == 1) bar_arrive<256>(1);  // consumer 0 issues first
+  for (int t = 0; t < n_tiles; ++t) {
+    mbar_wait(full(t), (t / kStages) & 1);
+    bar_sync<256>(1 + cw);  // this consumer's turn at the tensor cores
+    const uint32_t k_addr = smem_addr(tile(t));
+    float s[kTile / 8][4];
+    wgmma_fence();
+#pragma unroll
+    for (int ks = 0; ks < D / 16; ++ks)  // K-major q and K: dims ks*16.. are 32 bytes into 64-dim block ks / 4
+      wgmma_f16_ss(s, sw128_desc(q_addr + (ks / 4) * kRows * 128 + (ks % 4) * 32, 16, 1024),
+                   sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks > 0);
+    if (t > 0) issue_pv(t - 1);
+    wgmma_commit();
+    bar_arrive<256>(2 - cw);  // the other consumer's turn
+    wgmma_wait<0>();
+    fence_acc(s);
+    fence_acc(o);
+    if (t > 0 && tid % 128 == 0) mbar_arrive(empty(t - 1));
+    softmax_step<kTile>(s, t * kTile, warp_min, pa, pb, c4, ma, mb, la, lb, o, pf);
+  }
+  bar_sync<256>(1 + cw);
+  wgmma_fence();
+  issue_pv(n_tiles - 1);
+  wgmma_commit();
+  if (cw == 0) bar_arrive<256>(2);  // consumer 1's last turn (each barrier: as many arrivals as waits)
+  wgmma_wait<0>();
+  fence_acc(o);
+  store_rows<D>(a, h, r_warp + g, c4, o, la, lb);
+#endif
+}
+
+bool ws_enabled() {  // KVTAX_PREFILL_WS=0: the single-role kernel above (A/B measurements)
+  static const bool on = [] {
+    const char* e = std::getenv("KVTAX_PREFILL_WS");
+    return !e || std::string(e) != "0";
+  }();
+  return on;
+}
+
 template <CodecId C, int D, int G>
 cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
   using M = WgSmem<C, D, G>;
@@ -141,6 +293,15 @@ cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
     b.wgmma = false;
     return launch_prefill(b, s);
   } else {
+    if (ws_enabled() && WsSmem<C, D>::total <= kMaxSmem) {
+      using W = WsSmem<C, D>;
+      static const cudaError_t ready =
+          cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(W::total));
+      if (ready != cudaSuccess) return ready;
+      const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + W::kRows - 1) / W::kRows);
+      prefill_ws_kernel<C, D><<<grid, 384, W::total, s>>>(a);
+      return cudaGetLastError();
+    }
     static const cudaError_t prepared = cudaFuncSetAttribute(
         prefill_wgmma_kernel<C, D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
     if (prepared != cudaSuccess) return prepared;

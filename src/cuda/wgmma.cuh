@@ -52,6 +52,16 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// Named barrier `id` (1..15) over `count` threads: bar_sync waits for the others, bar_arrive only counts itself.
+template <int kCount>
+__device__ __forceinline__ void bar_sync(int id) {
+  asm volatile("bar.sync %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+template <int kCount>
+__device__ __forceinline__ void bar_arrive(int id) {
+  asm volatile("bar.arrive %0, %1;\n" ::"r"(id), "n"(kCount) : "memory");
+}
+
 // Pins accumulator registers at this point of the program: the compiler may not move their reads above a
 // wgmma_wait (it does not see that the asynchronous product writes them until then).
 template <int J>
@@ -91,6 +101,19 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[N / 8][4], const uint32_t (
         : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4), KVTAX_ACC16(d, 8), KVTAX_ACC16(d, 12)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransB)));
   }
+#endif
+}
+
+// d (+)= a b, m64 x 64 x k16, both operands K-major in shared memory (descriptors).
+__device__ __forceinline__ void wgmma_f16_ss(float (&d)[8][4], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+#if KVTAX_WGMMA
+  asm volatile(
+      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+      : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4)
+      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
 #endif
 }
 
