@@ -134,7 +134,7 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 #endif
 }
 
-// Warp-specialized form (FlashAttention-3's shape). Warpgroup 0 produces the K/V tiles into three stages: f16
+// Warp-specialized form (FlashAttention-3's shape). Warpgroup 0 produces the K/V tiles into four stages: f16
 // rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 1-2
 // consume them, 64 query rows each, with q in shared memory as the A operand. The consumers take turns (named
 // barriers 1 and 2) to issue S(t) together with P V(t-1), so one's softmax runs while the other's products
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 // arrives once its products over the tile have completed).
 template <CodecId C, int D>
 struct WsSmem {
-  static constexpr int kStages = 3, kRows = 128;
+  static constexpr int kStages = 4, kRows = 128;
   static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;
   static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
   static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
@@ -162,7 +162,7 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
   auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
   __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
   __shared__ float lv[16];
-  __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[3], empty[3], raw_full[2]
+  __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[4], empty[4], raw_full[2]
   auto full = [&](int t) { return smem_addr(&bars[t % kStages]); };
   auto empty = [&](int t) { return smem_addr(&bars[kStages + t % kStages]); };
   auto raw_full = [&](int t) { return smem_addr(&bars[2 * kStages + (t & 1)]); };
@@ -203,14 +203,14 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
       }
     }
     for (int t = 0; t < n_tiles; ++t) {
-      if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - 3's products are done
+      if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - 4's products are done
       if constexpr (kDirect<C>) {
         issue_tile_f16<D, 128, L>(a, kh, t * kTile, kend, tile(t), tile(t) + kTile * D);
         cp_commit();
-        if (t > 0) {  // tile t-1 landed: fence it for the tensor cores and hand it over
-          cp_wait<1>();
+        if (t >= 2) {  // tile t-2 landed (two tiles stay in flight): fence it for the tensor cores, hand it over
+          cp_wait<2>();
           fence_proxy_async();
-          mbar_arrive(full(t - 1));
+          mbar_arrive(full(t - 2));
         }
       } else {
         mbar_wait(raw_full(t), (t / 2) & 1);
@@ -221,7 +221,12 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
         if (tid == 0) fetch_raw(t + 2);
       }
     }
-    if constexpr (kDirect<C>) {
+    if constexpr (kDirect<C>) {  // the last one or two tiles
+      if (n_tiles >= 2) {
+        cp_wait<1>();
+        fence_proxy_async();
+        mbar_arrive(full(n_tiles - 2));
+      }
       cp_wait<0>();
       fence_proxy_async();
       mbar_arrive(full(n_tiles - 1));
