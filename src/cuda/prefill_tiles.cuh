@@ -160,7 +160,8 @@ __device__ __forceinline__ void softmax_step(float (&s)[kN / 8][4], int kj, int 
   const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
   la *= ca;
   lb *= cb;
-  scale_rows(o, ca, cb);
+  // Once the maxima settle most tiles leave them unchanged: skip the product then (warp-wide, so no divergence).
+  if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) scale_rows(o, ca, cb);
 #pragma unroll
   for (int nt = 0; nt < kN / 8; ++nt) {
     const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);

@@ -237,29 +237,29 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
   // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
   const int cw = wg - 1, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
   const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
-  const uint32_t q_addr = smem_addr(q_s) + cw * 64 * 128;
+  // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
+  const uint64_t q_desc = sw128_desc(smem_addr(q_s) + cw * 64 * 128, 16, 1024);
   float o[D / 8][4];
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
   uint32_t pf[kTile / 16][4];
   auto issue_pv = [&](int t) {  // O += P(t) V(t); N-major V: keys kk*16.. are 16 rows of 128 bytes further
-    const uint32_t v_addr = smem_addr(tile(t) + kTile * D);
+    const uint64_t v_desc = sw128_desc(smem_addr(tile(t) + kTile * D), kTile * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk)
-      wgmma_f16<D, true>(o, pf[kk], sw128_desc(v_addr + kk * 16 * 128, kTile * 128, 1024), true);
+    for (int kk = 0; kk < kTile / 16; ++kk) wgmma_f16<D, true>(o, pf[kk], v_desc + ((kk * 16 * 128) >> 4), true);
   };
   if (cw == 1) bar_arrive<256>(1);  // consumer 0 issues first
   for (int t = 0; t < n_tiles; ++t) {
     mbar_wait(full(t), (t / kStages) & 1);
     bar_sync<256>(1 + cw);  // this consumer's turn at the tensor cores
-    const uint32_t k_addr = smem_addr(tile(t));
+    const uint64_t k_desc = sw128_desc(smem_addr(tile(t)), 16, 1024);
     float s[kTile / 8][4];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)  // K-major q and K: dims ks*16.. are 32 bytes into 64-dim block ks / 4
-      wgmma_f16_ss(s, sw128_desc(q_addr + (ks / 4) * kRows * 128 + (ks % 4) * 32, 16, 1024),
-                   sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024), ks > 0);
+      wgmma_f16_ss(s, q_desc + (((ks / 4) * kRows * 128 + (ks % 4) * 32) >> 4),
+                   k_desc + (((ks / 4) * kTile * 128 + (ks % 4) * 32) >> 4), ks > 0);
     if (t > 0) issue_pv(t - 1);
     wgmma_commit();
     bar_arrive<256>(2 - cw);  // the other consumer's turn
@@ -280,6 +280,12 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
 #endif
 }
 
+// The warp-specialized form for every codec whose decode one warpgroup keeps up with: on the H200 (2026-12-01,
+// docs/perf.md "Session 9") it took TTFT at 32k from 1.547 to 1.513 s with f16 rows, 1.795 to 1.748 with fp8 and
+// 1.832 to 1.779 with q4r, while tq3 (a heavier decode) went from 1.968 to 1.998.
+template <CodecId C>
+constexpr bool kWsCodec = C != CodecId::tq4 && C != CodecId::tq3;
+
 bool ws_enabled() {  // KVTAX_PREFILL_WS=0: the single-role kernel above (A/B measurements)
   static const bool on = [] {
     const char* e = std::getenv("KVTAX_PREFILL_WS");
@@ -298,7 +304,7 @@ cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
     b.wgmma = false;
     return launch_prefill(b, s);
   } else {
-    if (ws_enabled() && WsSmem<C, D>::total <= kMaxSmem) {
+    if (kWsCodec<C> && ws_enabled() && WsSmem<C, D>::total <= kMaxSmem) {
       using W = WsSmem<C, D>;
       static const cudaError_t ready =
           cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(W::total));
