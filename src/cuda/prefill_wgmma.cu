@@ -141,6 +141,9 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 // keep the tensor cores busy; no product is ever in flight during a softmax. Stage hand-off by mbarriers: full
 // (the producer's 128 threads arrive once the tile is written and fenced) and empty (one thread per consumer
 // arrives once its products over the tile have completed).
+// Producer threads (the first warpgroups) and all threads of the block.
+constexpr int kProducers = 256, kWsThreads = kProducers + 256;
+
 template <CodecId C, int D>
 struct WsSmem {
   static constexpr int kStages = 4, kRows = 128;
@@ -151,7 +154,7 @@ struct WsSmem {
 };
 
 template <CodecId C, int D>
-__global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
+__global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a) {
 #if KVTAX_WGMMA
   using M = WsSmem<C, D>;
   using L = Sw128Tile<D>;
@@ -169,6 +172,7 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
 
   const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, c4 = lane % 4;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform to the compiler: roles branch on it
+  constexpr int kProducerGroups = kProducers / 128;
   const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
   auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
@@ -177,17 +181,18 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
   if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(full(i), 128);
+      mbar_init(full(i), kProducers);
       mbar_init(empty(i), 2);
     }
     mbar_init(raw_full(0), 1);
     mbar_init(raw_full(1), 1);
   }
-  stage_q<D, 384, kRows, Sw128Tile<D, kRows>>(a, h, r_block, q_s);
+  stage_q<D, kWsThreads, kRows, Sw128Tile<D, kRows>>(a, h, r_block, q_s);
   fence_proxy_async();
   __syncthreads();  // barriers initialised; q and lv written
 
-  if (wg == 0) {  // producer
+  if (wg < kProducerGroups) {  // producer
+    regs_dec<56>();
     const uint32_t raw_bytes = uint32_t(kTile * a.row_bytes);
     auto fetch_raw = [&](int t) {  // one thread: K rows and V rows of tile t, two bulk copies
       if (t >= n_tiles) return;
@@ -205,7 +210,7 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
     for (int t = 0; t < n_tiles; ++t) {
       if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - 4's products are done
       if constexpr (kDirect<C>) {
-        issue_tile_f16<D, 128, L>(a, kh, t * kTile, kend, tile(t), tile(t) + kTile * D);
+        issue_tile_f16<D, kProducers, L>(a, kh, t * kTile, kend, tile(t), tile(t) + kTile * D);
         cp_commit();
         if (t >= 2) {  // tile t-2 landed (two tiles stay in flight): fence it for the tensor cores, hand it over
           cp_wait<2>();
@@ -214,10 +219,10 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
         }
       } else {
         mbar_wait(raw_full(t), (t / 2) & 1);
-        decode_tile<C, D, 128, L>(raw(t), a.row_bytes, t * kTile, kend, lv, tile(t), tile(t) + kTile * D);
+        decode_tile<C, D, kProducers, L>(raw(t), a.row_bytes, t * kTile, kend, lv, tile(t), tile(t) + kTile * D);
         fence_proxy_async();
         mbar_arrive(full(t));
-        bar_sync<128>(3);  // every producer thread is done reading raw(t)
+        bar_sync<kProducers>(3);  // every producer thread is done reading raw(t)
         if (tid == 0) fetch_raw(t + 2);
       }
     }
@@ -234,8 +239,9 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
     return;
   }
 
+  regs_inc<200>();  // 256 x 56 + 256 x 200 = the SM's 64K registers
   // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
-  const int cw = wg - 1, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
+  const int cw = wg - kProducerGroups, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
   const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
   // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
   const uint64_t q_desc = sw128_desc(smem_addr(q_s) + cw * 64 * 128, 16, 1024);
@@ -284,7 +290,7 @@ __global__ void __launch_bounds__(384, 1) prefill_ws_kernel(PrefillArgs a) {
 // docs/perf.md "Session 9") it took TTFT at 32k from 1.547 to 1.513 s with f16 rows, 1.795 to 1.748 with fp8 and
 // 1.832 to 1.779 with q4r, while tq3 (a heavier decode) went from 1.968 to 1.998.
 template <CodecId C>
-constexpr bool kWsCodec = C != CodecId::tq4 && C != CodecId::tq3;
+constexpr bool kWsCodec = true;
 
 bool ws_enabled() {  // KVTAX_PREFILL_WS=0: the single-role kernel above (A/B measurements)
   static const bool on = [] {
@@ -310,7 +316,7 @@ cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
           cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(W::total));
       if (ready != cudaSuccess) return ready;
       const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + W::kRows - 1) / W::kRows);
-      prefill_ws_kernel<C, D><<<grid, 384, W::total, s>>>(a);
+      prefill_ws_kernel<C, D><<<grid, kWsThreads, W::total, s>>>(a);
       return cudaGetLastError();
     }
     static const cudaError_t prepared = cudaFuncSetAttribute(

@@ -52,6 +52,20 @@ __device__ __forceinline__ void fence_proxy_async() {
 #endif
 }
 
+// Warpgroup-wide register budget change (sm_90a): producers give registers back, consumers take them.
+template <int kRegs>
+__device__ __forceinline__ void regs_dec() {
+#if KVTAX_WGMMA
+  asm volatile("setmaxnreg.dec.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+template <int kRegs>
+__device__ __forceinline__ void regs_inc() {
+#if KVTAX_WGMMA
+  asm volatile("setmaxnreg.inc.sync.aligned.u32 %0;\n" ::"n"(kRegs));
+#endif
+}
+
 // Named barrier `id` (1..15) over `count` threads: bar_sync waits for the others, bar_arrive only counts itself.
 template <int kCount>
 __device__ __forceinline__ void bar_sync(int id) {
