@@ -1,12 +1,13 @@
-// Flash-prefill on Hopper's warpgroup MMA (prefill_launch.h; the mma.sync kernel is prefill_attention.cu).
+// Flash-prefill on Hopper's warpgroup MMA (prefill_launch.h; the mma.sync kernel is prefill_attention.cu), for
+// head_dim 128. Two kernels over the same tiles: the warp-specialized one (prefill_ws_kernel, the default) and a
+// single-role one (prefill_wgmma_kernel, KVTAX_PREFILL_WS=0, kept for A/B measurements).
 //
-// Block: G warpgroups of 64 query rows each, rows of one GQA group taken position-major as in the mma.sync
-// kernel, so each decoded K/V tile serves every query head of the group. Per 64-key tile a warpgroup computes
-// S = Q K^T as 8 (head_dim 128) wgmma m64n64k16 with q's fragments held in registers for the whole kernel and K
-// read by the tensor cores straight from shared memory, runs the online softmax on the accumulators, and adds
-// P V as 4 wgmma m64nDk16 with P in registers and V read from shared memory transposed (N-major). The tiles sit
-// in shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
-// directly, the other codecs are decoded there from raw stages, exactly as in the mma.sync kernel.
+// Rows of one GQA group are taken position-major as in the mma.sync kernel, so each decoded K/V tile serves every
+// query head of the group. Per 64-key tile a warpgroup of 64 rows computes S = Q K^T as 8 wgmma m64n64k16 with K
+// read by the tensor cores straight from shared memory, runs the online softmax on the accumulators, and adds P V
+// as 4 wgmma m64n128k16 with P in registers and V read from shared memory transposed (N-major). The tiles sit in
+// shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
+// directly, the other codecs are decoded there from raw copies, as in the mma.sync kernel.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
@@ -134,9 +135,11 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 #endif
 }
 
-// Warp-specialized form (FlashAttention-3's shape). Warpgroup 0 produces the K/V tiles into four stages: f16
-// rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 1-2
-// consume them, 64 query rows each, with q in shared memory as the A operand. The consumers take turns (named
+// Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into four stages: f16
+// rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3
+// consume them, 64 query rows each, with q in shared memory as the A operand; setmaxnreg moves registers from the
+// producers (56) to the consumers (200). One producer warpgroup left the decoding codecs producer-bound (H200,
+// 2026-12-01: fp8 attention 0.905 -> 0.852 s at 32k with two, tq3 1.157 -> 1.110). The consumers take turns (named
 // barriers 1 and 2) to issue S(t) together with P V(t-1), so one's softmax runs while the other's products
 // keep the tensor cores busy; no product is ever in flight during a softmax. Stage hand-off by mbarriers: full
 // (the producer's 128 threads arrive once the tile is written and fenced) and empty (one thread per consumer
@@ -286,12 +289,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 #endif
 }
 
-// The warp-specialized form for every codec whose decode one warpgroup keeps up with: on the H200 (2026-12-01,
-// docs/perf.md "Session 9") it took TTFT at 32k from 1.547 to 1.513 s with f16 rows, 1.795 to 1.748 with fp8 and
-// 1.832 to 1.779 with q4r, while tq3 (a heavier decode) went from 1.968 to 1.998.
-template <CodecId C>
-constexpr bool kWsCodec = true;
-
 bool ws_enabled() {  // KVTAX_PREFILL_WS=0: the single-role kernel above (A/B measurements)
   static const bool on = [] {
     const char* e = std::getenv("KVTAX_PREFILL_WS");
@@ -310,7 +307,7 @@ cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
     b.wgmma = false;
     return launch_prefill(b, s);
   } else {
-    if (kWsCodec<C> && ws_enabled() && WsSmem<C, D>::total <= kMaxSmem) {
+    if (ws_enabled() && WsSmem<C, D>::total <= kMaxSmem) {
       using W = WsSmem<C, D>;
       static const cudaError_t ready =
           cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(W::total));
