@@ -1,8 +1,9 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a only): four warps issue one asynchronous m64nNk16 product whose B operand
-// the tensor cores read from shared memory through a matrix descriptor. A comes from registers here, in the
-// mma.sync m16n8k16 A layout per warp (warp w of the group holds rows 16w..16w+15), and the f32 accumulators
-// are laid out as mma.sync's C fragments, 8 columns per [j][4] group (cuda/mma.cuh).
+// the tensor cores read from shared memory through a matrix descriptor. A comes either from registers, in the
+// mma.sync m16n8k16 A layout per warp (warp w of the group holds rows 16w..16w+15), or from shared memory like B
+// (wgmma_f16_ss). The f32 accumulators are laid out as mma.sync's C fragments, 8 columns per [j][4] group
+// (cuda/mma.cuh). Also here: the named barriers and register-budget moves of warp-specialized kernels.
 //
 // Everything here compiles to nothing outside sm_90a (kHasWgmma false): callers keep another path for those.
 #include <cuda_runtime.h>
@@ -19,7 +20,7 @@ constexpr bool kHasWgmma = true;
 constexpr bool kHasWgmma = false;
 #endif
 
-// Descriptor of a B operand stored with the 128-byte swizzle (cuda/prefill_tiles.cuh, Sw128Tile), starting at
+// Descriptor of an operand stored with the 128-byte swizzle (cuda/prefill_tiles.cuh, Sw128Tile), starting at
 // shared address `addr` (the atom it starts in is 1024-byte aligned). lbo / sbo in bytes: for a K-major operand
 // sbo is the step between groups of 8 rows (lbo unused); for an MN-major one lbo steps between 64-element column
 // blocks and sbo between groups of 8 rows along K.
