@@ -62,13 +62,11 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
   __shared__ float lv[16];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
-  const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
+  const int h = blockIdx.x;
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows, r_warp = r_block + warp * 16;
-  // Rows past the chunk compute as copies of its last row and are not stored.
-  auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
-  const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8);
-  const int warp_min = pos_of(r_warp), warp_max = pos_of(r_warp + 15);
-  const int kend = pos_of(r_block + kRows - 1) + 1;
+  const int pa = row_pos(a, r_warp + g), pb = row_pos(a, r_warp + g + 8);
+  const int warp_min = row_pos(a, r_warp), warp_max = row_pos(a, r_warp + 15);
+  const int kend = row_pos(a, r_block + kRows - 1) + 1;
   if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
 
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;

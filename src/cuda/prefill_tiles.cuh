@@ -121,6 +121,11 @@ __device__ __forceinline__ size_t row_offset(const PrefillArgs& a, int h, int r,
   return (size_t(r / a.n_rep) * a.n_kv_heads * a.n_rep + size_t(h) * a.n_rep + r % a.n_rep) * d;
 }
 
+// Position of query row r (rows past the chunk compute as copies of its last row and are not stored).
+__device__ __forceinline__ int row_pos(const PrefillArgs& a, int r) {
+  return a.pos0 + min(r, a.n_tok * a.n_rep - 1) / a.n_rep;
+}
+
 // The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
 // as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>): 4 values per thread per step.
 template <int D, int kThreads, int kRows, class Layout = PaddedTile<D>>

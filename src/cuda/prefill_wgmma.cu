@@ -1,18 +1,17 @@
-// Flash-prefill on Hopper's warpgroup MMA (prefill_launch.h; the mma.sync kernel is prefill_attention.cu), for
-// head_dim 128. Two kernels over the same tiles: the warp-specialized one (prefill_ws_kernel, the default) and a
-// single-role one (prefill_wgmma_kernel, KVTAX_PREFILL_WS=0, kept for A/B measurements).
+// Flash-prefill on Hopper's warpgroup MMA for head_dim 128 (prefill_launch.h; the mma.sync kernel, which takes
+// every other case, is prefill_attention.cu).
 //
 // Rows of one GQA group are taken position-major as in the mma.sync kernel, so each decoded K/V tile serves every
-// query head of the group. Per 64-key tile a warpgroup of 64 rows computes S = Q K^T as 8 wgmma m64n64k16 with K
-// read by the tensor cores straight from shared memory, runs the online softmax on the accumulators, and adds P V
-// as 4 wgmma m64n128k16 with P in registers and V read from shared memory transposed (N-major). The tiles sit in
-// shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
+// query head of the group. Per 64-key tile a warpgroup of 64 rows computes S = Q K^T as 8 wgmma m64n64k16 with q
+// and K read by the tensor cores straight from shared memory, runs the online softmax on the accumulators, and adds
+// P V as 4 wgmma m64n128k16 with P in registers and V read from shared memory transposed (N-major). The tiles sit
+// in shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
 // directly, the other codecs are decoded there from raw copies, as in the mma.sync kernel.
+//
+// A single-role form (every warpgroup copies or decodes, then multiplies, one barrier per tile) measured slower on
+// the H200 for every codec (docs/perf.md, "Session 9") and was removed.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
-
-#include <cstdlib>
-#include <string>
 
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
@@ -28,113 +27,6 @@ using kv::CodecId;
 template <CodecId C>
 constexpr bool kDirect = C == CodecId::f16;
 
-// Shared memory (bytes from a 1024-byte aligned base): three f16 K/V tiles, then (decoding codecs) two raw stages,
-// then q as padded f16 rows. Three tiles because a tile's P V product is still in flight while the next tile's
-// S = Q K^T runs and the one after it is filled.
-template <CodecId C, int D, int G>
-struct WgSmem {
-  static constexpr int kTiles = 3;
-  static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;  // K then V; both 1024-byte multiples
-  static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
-  static constexpr size_t raw_at = kTiles * tile, q_at = raw_at + 2 * raw;
-  static constexpr size_t total = q_at + size_t(64 * G) * (D + 8) * 2 + 1024;  // + alignment slack
-};
-
-// Per tile t, in every warpgroup: S(t) = Q K(t)^T is issued and, while the tensor cores run it (and P V of tile
-// t-1), the threads fill tile t+1: f16 rows by cp.async, the other codecs by decoding the raw bytes that landed
-// during tile t-1. Then the softmax of S(t) and P V(t) is issued without waiting for it. One barrier per tile.
-// Tile t+1 overwrites tile t-2, whose products every warpgroup waited for before this tile's barrier (at its
-// wait for S(t-1)). Every warpgroup runs every tile of the block, even one wholly in its rows' future (masked to
-// zero weight): a wgmma on a path that depends on the thread makes ptxas serialize all of them.
-template <CodecId C, int D, int G>
-__global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a) {
-#if KVTAX_WGMMA
-  constexpr int kThreads = 128 * G, kRows = 64 * G;
-  using M = WgSmem<C, D, G>;
-  using L = Sw128Tile<D>;
-  extern __shared__ __align__(1024) uint8_t smem_raw[];
-  uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
-  auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % M::kTiles) * M::tile); };
-  auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
-  __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
-  __shared__ float lv[16];
-
-  const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
-  const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
-  const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows, r_warp = r_block + warp * 16;
-  auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
-  const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
-  const int kend = pos_of(r_block + kRows - 1) + 1;
-  if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
-  const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
-
-  // Fills tile t: f16 copies (in flight until the next barrier's wait), or the decode of raw(t), already landed.
-  auto fill = [&](int t) {
-    const int k0 = t * kTile;
-    if constexpr (kDirect<C>) {
-      issue_tile_f16<D, kThreads, L>(a, kh, k0, kend, tile(t), tile(t) + kTile * D);
-      cp_commit();
-    } else {
-      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, k0, kend, lv, tile(t), tile(t) + kTile * D);
-    }
-  };
-  // Decoding codecs: raw(t) is copied two tiles ahead of its decode.
-  auto fetch_raw = [&](int t) {
-    if constexpr (!kDirect<C>) {
-      if (t * kTile < kend) issue_tile<kThreads>(a, kh, t * kTile, raw(t));
-      cp_commit();
-    }
-  };
-  fetch_raw(0);
-  fetch_raw(1);
-  stage_q<D, kThreads, kRows>(a, h, r_block, q_s);
-  if constexpr (!kDirect<C>) cp_wait<1>();  // raw(0)
-  __syncthreads();                         // q, lv and raw(0) from every thread
-  fill(0);
-  // q's A fragments for every 16-dim step, kept in registers: (rows 0-7 | 8-15) x (d 0-7 | 8-15) per ldmatrix.
-  uint32_t qa[D / 16][4];
-  {
-    const int lr = lane % 8, lm = lane / 8;
-    const uint32_t q_addr = smem_addr(q_s + (warp * 16 + (lm % 2) * 8 + lr) * (D + 8) + (lm / 2) * 8);
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks) ldsm_x4(q_addr + ks * 32, qa[ks]);
-  }
-  float o[D / 8][4];
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
-  float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-
-  for (int k0 = 0, t = 0; k0 < kend; k0 += kTile, ++t) {
-    cp_wait<0>();         // f16: tile t's rows; decoding codecs: raw(t + 1)
-    fence_proxy_async();  // this thread's writes of tile t, before the barrier, visible to the tensor cores
-    __syncthreads();
-    fetch_raw(t + 2);  // into raw(t), decoded before this barrier
-    const uint32_t k_addr = smem_addr(tile(t)), v_addr = k_addr + kTile * D * 2;
-    float s[kTile / 8][4];
-    wgmma_fence();
-#pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)  // K-major: dims ks*16.. are 32 bytes into 64-dim block ks / 4
-      wgmma_f16<kTile, false>(s, qa[ks], sw128_desc(k_addr + (ks / 4) * kTile * 128 + (ks % 4) * 32, 16, 1024),
-                              ks > 0);
-    wgmma_commit();
-    if (k0 + kTile < kend) fill(t + 1);
-    wgmma_wait<0>();  // S(t) and P V(t-1)
-    fence_acc(s);
-    fence_acc(o);
-    uint32_t pf[kTile / 16][4];
-    softmax_step<kTile>(s, k0, warp_min, pa, pb, c, ma, mb, la, lb, o, pf);
-    wgmma_fence();
-#pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk)  // N-major V: keys kk*16.. are 16 rows of 128 bytes further
-      wgmma_f16<D, true>(o, pf[kk], sw128_desc(v_addr + kk * 16 * 128, kTile * 128, 1024), true);
-    wgmma_commit();
-  }
-  wgmma_wait<0>();
-  fence_acc(o);
-  store_rows<D>(a, h, r_warp + g, c, o, la, lb);
-#endif
-}
-
 // Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into four stages: f16
 // rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3
 // consume them, 64 query rows each, with q in shared memory as the A operand; setmaxnreg moves registers from the
@@ -142,8 +34,10 @@ __global__ void __launch_bounds__(128 * G, 1) prefill_wgmma_kernel(PrefillArgs a
 // 2026-12-01: fp8 attention 0.905 -> 0.852 s at 32k with two, tq3 1.157 -> 1.110). The consumers take turns (named
 // barriers 1 and 2) to issue S(t) together with P V(t-1), so one's softmax runs while the other's products
 // keep the tensor cores busy; no product is ever in flight during a softmax. Stage hand-off by mbarriers: full
-// (the producer's 128 threads arrive once the tile is written and fenced) and empty (one thread per consumer
-// arrives once its products over the tile have completed).
+// (every producer thread arrives once its part of the tile is written and fenced) and empty (one thread per
+// consumer arrives once its products over the tile have completed). Every consumer runs every tile of the block,
+// even one wholly in its rows' future (masked to zero weight): a wgmma on a path that depends on the thread makes
+// ptxas serialize all of them.
 // Producer threads (the first warpgroups) and all threads of the block.
 constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 
@@ -176,10 +70,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   const int tid = threadIdx.x, lane = tid % 32, g = lane / 4, c4 = lane % 4;
   const int wg = __shfl_sync(0xffffffffu, tid / 128, 0);  // warp-uniform to the compiler: roles branch on it
   constexpr int kProducerGroups = kProducers / 128;
-  const int h = blockIdx.x, n_rows = a.n_tok * a.n_rep;
+  const int h = blockIdx.x;
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
-  auto pos_of = [&](int r) { return a.pos0 + min(r, n_rows - 1) / a.n_rep; };
-  const int kend = pos_of(r_block + kRows - 1) + 1, n_tiles = (kend + kTile - 1) / kTile;
+  const int kend = row_pos(a, r_block + kRows - 1) + 1, n_tiles = (kend + kTile - 1) / kTile;
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
   if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
   if (tid == 0) {
@@ -245,7 +138,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   regs_inc<200>();  // 256 x 56 + 256 x 200 = the SM's 64K registers
   // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
   const int cw = wg - kProducerGroups, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
-  const int pa = pos_of(r_warp + g), pb = pos_of(r_warp + g + 8), warp_min = pos_of(r_warp);
+  const int pa = row_pos(a, r_warp + g), pb = row_pos(a, r_warp + g + 8), warp_min = row_pos(a, r_warp);
   // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
   const uint64_t q_desc = sw128_desc(smem_addr(q_s) + cw * 64 * 128, 16, 1024);
   float o[D / 8][4];
@@ -289,17 +182,9 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 #endif
 }
 
-bool ws_enabled() {  // KVTAX_PREFILL_WS=0: the single-role kernel above (A/B measurements)
-  static const bool on = [] {
-    const char* e = std::getenv("KVTAX_PREFILL_WS");
-    return !e || std::string(e) != "0";
-  }();
-  return on;
-}
-
-template <CodecId C, int D, int G>
-cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
-  using M = WgSmem<C, D, G>;
+template <CodecId C, int D>
+cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
+  using M = WsSmem<C, D>;
   // head_dim 64 gave wrong results on the H200 (2026-12-01, not understood yet) and f32 rows leave no room for
   // four tiles beside their raw stages: both take the mma.sync kernel.
   if constexpr (D != 128 || M::total > kMaxSmem) {
@@ -307,20 +192,11 @@ cudaError_t launch_groups(const PrefillArgs& a, cudaStream_t s) {
     b.wgmma = false;
     return launch_prefill(b, s);
   } else {
-    if (ws_enabled() && WsSmem<C, D>::total <= kMaxSmem) {
-      using W = WsSmem<C, D>;
-      static const cudaError_t ready =
-          cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(W::total));
-      if (ready != cudaSuccess) return ready;
-      const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + W::kRows - 1) / W::kRows);
-      prefill_ws_kernel<C, D><<<grid, kWsThreads, W::total, s>>>(a);
-      return cudaGetLastError();
-    }
-    static const cudaError_t prepared = cudaFuncSetAttribute(
-        prefill_wgmma_kernel<C, D, G>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
-    if (prepared != cudaSuccess) return prepared;
-    const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + 64 * G - 1) / (64 * G));
-    prefill_wgmma_kernel<C, D, G><<<grid, 128 * G, M::total, s>>>(a);
+    static const cudaError_t ready =
+        cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
+    if (ready != cudaSuccess) return ready;
+    const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + M::kRows - 1) / M::kRows);
+    prefill_ws_kernel<C, D><<<grid, kWsThreads, M::total, s>>>(a);
     return cudaGetLastError();
   }
 }
@@ -345,7 +221,7 @@ bool prefill_wgmma_available() {
 cudaError_t launch_prefill_wgmma(const PrefillArgs& a, cudaStream_t s) {
   if (a.n_tok <= 0) return cudaSuccess;
   return dispatch(AllCodecs{}, Dims<64, 128>{}, a.codec, a.head_dim,
-                  [&]<CodecId C, int D>() { return launch_groups<C, D, 2>(a, s); });
+                  [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, s); });
 }
 
 }  // namespace kvtax::cuda::detail
