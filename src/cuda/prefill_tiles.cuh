@@ -56,12 +56,14 @@ __device__ __forceinline__ void issue_tile(const PrefillArgs& a, const uint8_t* 
   }
 }
 
-// f16 rows straight into the f16 tiles k_s / v_s; keys at or past kend are zero-filled by the copy itself
-// (their bytes may be anything, NaN included, and P V would carry a NaN even at weight 0).
-template <int D, int kThreads, class Layout>
+// kKeys f16 rows straight into the f16 tiles k_s / v_s; keys at or past kend are zero-filled by the copy itself
+// (their bytes may be anything, NaN included, and P V would carry a NaN even at weight 0). kKeys divides
+// kPageTokens and k0 is a multiple of it, so the tile lies in one page.
+template <int D, int kThreads, class Layout, int kKeys = kTile>
 __device__ __forceinline__ void issue_tile_f16(const PrefillArgs& a, const uint8_t* kh, int k0, int kend,
                                                __half* k_s, __half* v_s) {
-  constexpr int kPer = D / 8, kPieces = kTile * kPer;  // 16-byte pieces: per row, per tile
+  static_assert(kPageTokens % kKeys == 0);
+  constexpr int kPer = D / 8, kPieces = kKeys * kPer;  // 16-byte pieces: per row, per tile
   const uint8_t* base = tile_base(a, kh, k0);
 #pragma unroll 2
   for (int i = 0; i < (kPieces + kThreads - 1) / kThreads; ++i) {

@@ -2,9 +2,10 @@
 // every other case, is prefill_attention.cu).
 //
 // Rows of one GQA group are taken position-major as in the mma.sync kernel, so each decoded K/V tile serves every
-// query head of the group. Per 64-key tile a warpgroup of 64 rows computes S = Q K^T as 8 wgmma m64n64k16 with q
-// and K read by the tensor cores straight from shared memory, runs the online softmax on the accumulators, and adds
-// P V as 4 wgmma m64n128k16 with P in registers and V read from shared memory transposed (N-major). The tiles sit
+// query head of the group. Per tile of N keys (128 for f16 rows, 64 for the decoding codecs) a warpgroup of 64
+// rows computes S = Q K^T as 8 wgmma m64nNk16 with q and K read by the tensor cores straight from shared memory,
+// runs the online softmax on the accumulators, and adds P V as N / 16 wgmma m64n128k16 with P in registers and V
+// read from shared memory transposed (N-major). The tiles sit
 // in shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
 // directly, the other codecs are decoded there from raw copies, as in the mma.sync kernel.
 //
@@ -27,7 +28,7 @@ using kv::CodecId;
 template <CodecId C>
 constexpr bool kDirect = C == CodecId::f16;
 
-// Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into four stages: f16
+// Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into the stages: f16
 // rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3
 // consume them, 64 query rows each, with q in shared memory as the A operand; setmaxnreg moves registers from the
 // producers (56) to the consumers (200). One producer warpgroup left the decoding codecs producer-bound (H200,
@@ -41,10 +42,13 @@ constexpr bool kDirect = C == CodecId::f16;
 // Producer threads (the first warpgroups) and all threads of the block.
 constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 
+// f16 rows take 128-key tiles in three stages: twice the keys per S product and per barrier round as 64-key
+// tiles. The decoding codecs keep 64-key tiles in four stages: their raw copies need the room.
 template <CodecId C, int D>
 struct WsSmem {
-  static constexpr int kStages = 4, kRows = 128;
-  static constexpr size_t tile = 2 * Sw128Tile<D>::kBytes;
+  static constexpr int kKeys = kDirect<C> ? 128 : kTile, kStages = kDirect<C> ? 3 : 4, kRows = 128;
+  using Tile = Sw128Tile<D, kKeys>;
+  static constexpr size_t tile = 2 * Tile::kBytes;
   static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
   static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
   static constexpr size_t total = raw_at + 2 * raw + 1024;  // + alignment slack
@@ -54,15 +58,15 @@ template <CodecId C, int D>
 __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a) {
 #if KVTAX_WGMMA
   using M = WsSmem<C, D>;
-  using L = Sw128Tile<D>;
-  constexpr int kRows = M::kRows, kStages = M::kStages;
+  using L = typename M::Tile;
+  constexpr int kRows = M::kRows, kStages = M::kStages, kKeys = M::kKeys;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % kStages) * M::tile); };
   auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
   __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
   __shared__ float lv[16];
-  __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[4], empty[4], raw_full[2]
+  __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[stages], empty[stages], raw_full[2]
   auto full = [&](int t) { return smem_addr(&bars[t % kStages]); };
   auto empty = [&](int t) { return smem_addr(&bars[kStages + t % kStages]); };
   auto raw_full = [&](int t) { return smem_addr(&bars[2 * kStages + (t & 1)]); };
@@ -72,7 +76,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   constexpr int kProducerGroups = kProducers / 128;
   const int h = blockIdx.x;
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
-  const int kend = row_pos(a, r_block + kRows - 1) + 1, n_tiles = (kend + kTile - 1) / kTile;
+  const int kend = row_pos(a, r_block + kRows - 1) + 1, n_tiles = (kend + kKeys - 1) / kKeys;
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
   if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
   if (tid == 0) {
@@ -103,15 +107,19 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
         fetch_raw(1);
       }
     }
+    // cp.async tiles handed over kLag behind the newest: the tile the producer waits to refill (t - kStages) is
+    // freed by the consumers' products over t - kStages + 1, which must therefore be handed over already.
+    constexpr int kLag = kStages - 2;
+    static_assert(!kDirect<C> || kLag == 1 || kLag == 2);
     for (int t = 0; t < n_tiles; ++t) {
-      if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - 4's products are done
+      if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - kStages's products are done
       if constexpr (kDirect<C>) {
-        issue_tile_f16<D, kProducers, L>(a, kh, t * kTile, kend, tile(t), tile(t) + kTile * D);
+        issue_tile_f16<D, kProducers, L, kKeys>(a, kh, t * kKeys, kend, tile(t), tile(t) + kKeys * D);
         cp_commit();
-        if (t >= 2) {  // tile t-2 landed (two tiles stay in flight): fence it for the tensor cores, hand it over
-          cp_wait<2>();
+        if (t >= kLag) {  // tile t - kLag landed: fence it for the tensor cores, hand it over
+          cp_wait<kLag>();
           fence_proxy_async();
-          mbar_arrive(full(t - 2));
+          mbar_arrive(full(t - kLag));
         }
       } else {
         mbar_wait(raw_full(t), (t / 2) & 1);
@@ -122,8 +130,8 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
         if (tid == 0) fetch_raw(t + 2);
       }
     }
-    if constexpr (kDirect<C>) {  // the last one or two tiles
-      if (n_tiles >= 2) {
+    if constexpr (kDirect<C>) {  // the last kLag tiles
+      if (kLag == 2 && n_tiles >= 2) {
         cp_wait<1>();
         fence_proxy_async();
         mbar_arrive(full(n_tiles - 2));
@@ -145,23 +153,23 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
-  uint32_t pf[kTile / 16][4];
+  uint32_t pf[kKeys / 16][4];
   auto issue_pv = [&](int t) {  // O += P(t) V(t); N-major V: keys kk*16.. are 16 rows of 128 bytes further
-    const uint64_t v_desc = sw128_desc(smem_addr(tile(t) + kTile * D), kTile * 128, 1024);
+    const uint64_t v_desc = sw128_desc(smem_addr(tile(t) + kKeys * D), kKeys * 128, 1024);
 #pragma unroll
-    for (int kk = 0; kk < kTile / 16; ++kk) wgmma_f16<D, true>(o, pf[kk], v_desc + ((kk * 16 * 128) >> 4), true);
+    for (int kk = 0; kk < kKeys / 16; ++kk) wgmma_f16<D, true>(o, pf[kk], v_desc + ((kk * 16 * 128) >> 4), true);
   };
   if (cw == 1) bar_arrive<256>(1);  // consumer 0 issues first
   for (int t = 0; t < n_tiles; ++t) {
     mbar_wait(full(t), (t / kStages) & 1);
     bar_sync<256>(1 + cw);  // this consumer's turn at the tensor cores
     const uint64_t k_desc = sw128_desc(smem_addr(tile(t)), 16, 1024);
-    float s[kTile / 8][4];
+    float s[kKeys / 8][4];
     wgmma_fence();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)  // K-major q and K: dims ks*16.. are 32 bytes into 64-dim block ks / 4
-      wgmma_f16_ss(s, q_desc + (((ks / 4) * kRows * 128 + (ks % 4) * 32) >> 4),
-                   k_desc + (((ks / 4) * kTile * 128 + (ks % 4) * 32) >> 4), ks > 0);
+      wgmma_f16_ss<kKeys>(s, q_desc + (((ks / 4) * kRows * 128 + (ks % 4) * 32) >> 4),
+                          k_desc + (((ks / 4) * kKeys * 128 + (ks % 4) * 32) >> 4), ks > 0);
     if (t > 0) issue_pv(t - 1);
     wgmma_commit();
     bar_arrive<256>(2 - cw);  // the other consumer's turn
@@ -169,7 +177,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     fence_acc(s);
     fence_acc(o);
     if (t > 0 && tid % 128 == 0) mbar_arrive(empty(t - 1));
-    softmax_step<kTile>(s, t * kTile, warp_min, pa, pb, c4, ma, mb, la, lb, o, pf);
+    softmax_step<kKeys>(s, t * kKeys, warp_min, pa, pb, c4, ma, mb, la, lb, o, pf);
   }
   bar_sync<256>(1 + cw);
   wgmma_fence();

@@ -119,16 +119,31 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[N / 8][4], const uint32_t (
 #endif
 }
 
-// d (+)= a b, m64 x 64 x k16, both operands K-major in shared memory (descriptors).
-__device__ __forceinline__ void wgmma_f16_ss(float (&d)[8][4], uint64_t a_desc, uint64_t b_desc, bool accumulate) {
+// d (+)= a b, m64 x N x k16 (N = 64 or 128), both operands K-major in shared memory (descriptors).
+template <int N>
+__device__ __forceinline__ void wgmma_f16_ss(float (&d)[N / 8][4], uint64_t a_desc, uint64_t b_desc,
+                                             bool accumulate) {
 #if KVTAX_WGMMA
-  asm volatile(
-      "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-      "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-      "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-      "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-      : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4)
-      : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+  if constexpr (N == 64) {
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
+        : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4)
+        : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+  } else {
+    static_assert(N == 128, "m64n64k16 and m64n128k16 only");
+    asm volatile(
+        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
+        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
+        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
+        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
+        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
+        "%64, %65, p, 1, 1, 0, 0;\n}\n"
+        : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4), KVTAX_ACC16(d, 8), KVTAX_ACC16(d, 12)
+        : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
+  }
 #endif
 }
 
