@@ -5,6 +5,7 @@
 #include <cstdlib>
 #include <initializer_list>
 #include <string>
+#include <utility>
 
 #include "core/error.h"
 #include "cuda/prefill_attention.h"
@@ -375,16 +376,29 @@ void CudaDecoder::run_chunk(int off, int n) {
   GemmRunner& G = *gemm_;
   const DeviceWeight& E = b_.embedding();
   check(ops::embed(E.type(), E.data(), E.row_bytes(), io_.as<int32_t>() + off, n, d, x, s), "embed");
+  const float* residual = nullptr;  // the last block output not yet added into x: the next norm adds it
+  // x += residual, then the norm by nw as the next products' input: 16-bit values straight from the norm when
+  // `half` (returned), f32 in xb otherwise (nullptr returned).
+  auto norm_input = [&](const float* nw, bool half, bool bf16) -> const void* {
+    const float* r = std::exchange(residual, nullptr);
+    if (half) {
+      void* xh = G.input(n, d);
+      check(ops::add_rmsnorm_half(x, r, nw, xh, n, d, bf16, eps, s), "rmsnorm");
+      return xh;
+    }
+    if (r) check(ops::add(x, r, int64_t(n) * d, s), "residual");
+    check(ops::rmsnorm(x, nw, xb, n, d, eps, s), "rmsnorm");
+    return nullptr;
+  };
   for (int l = 0; l < int(c.n_layers); ++l) {
     const CudaBackend::Layer& w = b_.layers()[size_t(l)];
-    check(ops::rmsnorm(x, w.attn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
-    {  // rows of the stacked matrix (or the three matrices) straight into q, k and v; xb rounded once
+    {  // rows of the stacked matrix (or the three matrices) straight into q, k and v; the input rounded once
       const DeviceWeight* m[3] = {w.wqkv ? w.wqkv.get() : w.wq.get(), w.wqkv ? w.wqkv.get() : w.wk.get(),
                                   w.wqkv ? w.wqkv.get() : w.wv.get()};
       const int64_t r0[3] = {0, w.wqkv ? qd : 0, w.wqkv ? qd + kvd : 0}, nr[3] = {qd, kvd, kvd};
       float* dst[3] = {q, k, v};
-      if (same_input_type({m[0], m[1], m[2]})) {
-        const void* xh = G.round(xb, n, d, GemmRunner::takes_bf16(*m[0]));
+      const bool half = same_input_type({m[0], m[1], m[2]});
+      if (const void* xh = norm_input(w.attn_norm.as<float>(), half, GemmRunner::takes_bf16(*m[0]))) {
         for (int i = 0; i < 3; ++i) G.run_rounded(*m[i], r0[i], nr[i], xh, n, dst[i], nr[i], false);
       } else {
         for (int i = 0; i < 3; ++i) G.run(*m[i], r0[i], nr[i], xb, n, dst[i], nr[i]);
@@ -404,15 +418,14 @@ void CudaDecoder::run_chunk(int off, int n) {
     encode_kv(target(l), k, v, n, pos0, s);
     prefill_attention(view(l, pos0 + n), q, n, pos0, nh, att, s);
     G.run(*w.wo, 0, d, att, n, y, d);
-    check(ops::add(x, y, int64_t(n) * d, s), "residual");
-    check(ops::rmsnorm(x, w.ffn_norm.as<float>(), xb, n, d, eps, s), "rmsnorm");
+    residual = y;
     const DeviceWeight& gw = w.gate_up ? *w.gate_up : *w.gate;
     const DeviceWeight& uw = w.gate_up ? *w.gate_up : *w.up;
-    if (ff % 8 == 0 && same_input_type({&gw, &uw, w.down.get()})) {
+    const bool bf = GemmRunner::takes_bf16(gw);
+    if (const void* xh = norm_input(w.ffn_norm.as<float>(), ff % 8 == 0 && same_input_type({&gw, &uw, w.down.get()}),
+                                    bf)) {
       // gate|up side by side as 16-bit values in g's bytes ([n][2 ff]), SwiGLU straight into the down
       // product's 16-bit input in u's bytes: the [n, d_ff] intermediates cross memory in 2 bytes, once.
-      const bool bf = GemmRunner::takes_bf16(gw);
-      const void* xh = G.round(xb, n, d, bf);
       if (w.gate_up) {
         G.run_rounded(gw, 0, 2 * int64_t(ff), xh, n, g, 2 * int64_t(ff), true);
       } else {
@@ -432,8 +445,9 @@ void CudaDecoder::run_chunk(int off, int n) {
       check(ops::silu_mul(g, u, int64_t(n) * ff, s), "silu");
       G.run(*w.down, 0, d, g, n, y, d);
     }
-    check(ops::add(x, y, int64_t(n) * d, s), "residual");
+    residual = y;
   }
+  if (residual) check(ops::add(x, residual, int64_t(n) * d, s), "residual");
   const size_t gemm_after = gemm_->device_bytes();
   if (gemm_after != gemm_before) {
     b_.account(gemm_after - gemm_before, 0);

@@ -33,6 +33,9 @@ class GemmRunner {
   // x: device [n][K] f32, rounded to f16 or bf16 into the runner's activation scratch; the pointer stays
   // valid until the next round() or run(). Several products of one input then round it once.
   const void* round(const float* x, int n, int64_t K, bool bf16);
+  // The scratch round() writes, [n][K] 16-bit values, for a caller that writes the input itself
+  // (ops::add_rmsnorm_half); the same lifetime as round()'s pointer.
+  void* input(int n, int64_t K) { return act(size_t(n) * K * 2); }
   // As run(), from x already in w's 16-bit input type (xh: [n][w.cols()]); y is f32, or with out_half the
   // same 16-bit type (the next elementwise step reads half the bytes). Not for F32 weights.
   void run_rounded(const DeviceWeight& w, int64_t row0, int64_t rows, const void* xh, int n, void* y, int64_t ldy,

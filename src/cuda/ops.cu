@@ -7,6 +7,7 @@
 
 #include "cuda/ops.h"
 #include "cuda/dequant.cuh"
+#include "cuda/half_pack.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_x.cuh"
 #include "cuda/rope.cuh"
@@ -30,10 +31,16 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, const int32
 // With y, x += y first (the residual add before the norm). Each thread keeps its first K values in registers
 // and issues all their loads before the first use: one row of 4096 on one block was bound by the chain of
 // dependent loads when it walked the row twice (14 us on the H200, 2026-11-30). With q, the int8 codes of
-// out for the next quantized GEMV too (warp w holds 32 consecutive values, a whole block of the codes).
+// out for the next quantized GEMV too (warp w holds 32 consecutive values, a whole block of the codes). With h.p,
+// the output goes there as 16-bit values instead of to out.
+struct HalfOut {
+  uint16_t* p = nullptr;
+  bool bf16 = false;
+};
+
 template <int K>
 __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y, const float* w, float* out, int n,
-                                                       float eps, detail::QuantX q) {
+                                                       float eps, detail::QuantX q, HalfOut h) {
   __shared__ double part[32];
   detail::pdl_wait();
   detail::pdl_trigger();  // the next GEMV's blocks may start streaming their weights (pdl.cuh)
@@ -71,10 +78,14 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   tot = __shfl_sync(0xffffffffu, tot, 0);
   const float mean = float(tot / n);
   const float scale = 1.0f / sqrtf(mean + eps);
-  float* orow = out + size_t(blockIdx.x) * n;
+  float* orow = h.p ? nullptr : out + size_t(blockIdx.x) * n;
+  uint16_t* hrow = h.p ? h.p + size_t(blockIdx.x) * n : nullptr;
   auto emit = [&](int i, float u, float wi) {  // whole warps: n and T are multiples of 32 where q is set
     const float o = __fmul_rn(__fmul_rn(u, scale), wi);
-    orow[i] = o;
+    if (hrow)
+      hrow[i] = uint16_t(h.bf16 ? detail::pack_pair<true>(o, 0.0f) : detail::pack_pair<false>(o, 0.0f));
+    else
+      orow[i] = o;
     if (q.xq) detail::quantize_x_block32(o, i & ~31, q.xq, q.xd, q.xs);
   };
 #pragma unroll
@@ -162,13 +173,19 @@ cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int3
 
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
   return detail::launch_pdl(rmsnorm_kernel<kNormK>, rows, norm_threads(n), s, const_cast<float*>(x),  // only read
-                            static_cast<const float*>(nullptr), w, out, n, eps, detail::QuantX{});
+                            static_cast<const float*>(nullptr), w, out, n, eps, detail::QuantX{}, HalfOut{});
+}
+
+cudaError_t add_rmsnorm_half(float* x, const float* y, const float* w, void* out, int rows, int n, bool bf16,
+                             float eps, cudaStream_t s) {
+  return detail::launch_pdl(rmsnorm_kernel<kNormK>, rows, norm_threads(n), s, x, y, w, static_cast<float*>(nullptr),
+                            n, eps, detail::QuantX{}, HalfOut{static_cast<uint16_t*>(out), bf16});
 }
 
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s,
                         const detail::QuantX& q) {
   if (q.xq && n % 32 != 0) return cudaErrorInvalidValue;
-  return detail::launch_pdl(rmsnorm_kernel<kNormK>, 1, norm_threads(n), s, x, y, w, out, n, eps, q);
+  return detail::launch_pdl(rmsnorm_kernel<kNormK>, 1, norm_threads(n), s, x, y, w, out, n, eps, q, HalfOut{});
 }
 
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s) {

@@ -10,6 +10,7 @@
 
 #include "core/error.h"
 #include "cuda/attention.h"
+#include "cuda/gemm.h"
 #include "cuda/gemv.h"
 #include "cuda/gemv_launch.h"
 #include "cuda/ops.h"
@@ -97,6 +98,38 @@ TEST(CudaFused, NormWritesTheCodesTheGemvMakes) {
     EXPECT_EQ(max_rel_diff(xg, xr), 0.0) << n;  // one float add per value: exact
     EXPECT_LE(max_rel_diff(og, ref), 1e-6) << n;
     expect_gemv_takes_the_codes(s1, out, n, seed, "norm");
+  }
+}
+
+// The prefill's fused residual add + norm + 16-bit rounding gives, bit for bit, the add, the f32 norm and the
+// GEMM's own rounding (GemmRunner::round) run one after the other, for f16 and bf16, over several rows.
+TEST(CudaFused, NormWritesTheHalvesTheGemmRounds) {
+  REQUIRE_GPU();
+  uint32_t seed = 920;
+  const float eps = 1e-5f;
+  for (int n : {4096, 14336, 96}) {
+    const int rows = 5;
+    const size_t total = size_t(rows) * n;
+    auto x = random_normal(total, seed++), y = random_normal(total, seed++), w = random_normal(n, seed++);
+    x[7] *= 1e4f;  // one outlier: the rest of its row normalizes to small values
+    for (bool bf16 : {false, true}) {
+      cuda::Buffer x1 = upload(x), x2 = upload(x), yd = upload(y), wd = upload(w), f(total * 4);
+      cuda::Buffer h1(total * 2), h2(total * 2);
+      h1.fill(0xff);
+      h2.fill(0xff);
+      cuda::check(cuda::ops::add_rmsnorm_half(x1.as<float>(), yd.as<float>(), wd.as<float>(), h1.get(), rows, n, bf16,
+                                              eps, nullptr),
+                  "add_rmsnorm_half");
+      cuda::check(cuda::ops::add(x2.as<float>(), yd.as<float>(), int64_t(total), nullptr), "add");
+      cuda::check(cuda::ops::rmsnorm(x2.as<float>(), wd.as<float>(), f.as<float>(), rows, n, eps, nullptr), "norm");
+      cuda::check(cuda::detail::to_half(f.as<float>(), int64_t(total), bf16, h2.get(), nullptr), "to_half");
+      cuda::check(cudaDeviceSynchronize(), "fused test");
+      std::vector<uint16_t> a(total), b(total);
+      h1.download(a.data(), total * 2);
+      h2.download(b.data(), total * 2);
+      EXPECT_EQ(a, b) << n << (bf16 ? " bf16" : " f16");
+      EXPECT_EQ(download(x1, total), download(x2, total)) << n;  // the residual add is kept in x
+    }
   }
 }
 
