@@ -46,6 +46,7 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   detail::pdl_trigger();  // the next GEMV's blocks may start streaming their weights (pdl.cuh)
   const int T = blockDim.x;
   float* xr = x + size_t(blockIdx.x) * n;
+  if (y) y += size_t(blockIdx.x) * n;
   float v[K], wv[K];
   double ss = 0;
 #pragma unroll
