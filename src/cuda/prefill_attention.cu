@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
       cp_wait<1>();
       __syncthreads();  // this tile's bytes are in (every thread's copies), the previous tile is consumed
       k_s = kv_stage(0);
-      decode_tile<C, D, kThreads, L>(raw(t), a.row_bytes, k0, kend, lv, k_s, k_s + kTile * S);
+      decode_tile<C, D, kThreads, L>(raw(t), k0, kend, lv, k_s, k_s + kTile * S);
       __syncthreads();
     }
     v_s = k_s + kTile * S;
