@@ -14,9 +14,6 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
-#include <cstdlib>
-#include <string_view>
-
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
 #include "cuda/prefill_tiles.cuh"
@@ -45,13 +42,13 @@ constexpr bool kDirect = C == CodecId::f16;
 // Producer threads (the first warpgroups) and all threads of the block.
 constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 
-// Tiles of kKeys keys (64 or 128): 128-key tiles put twice the keys into each S product and each barrier round.
-// f16 rows take them in three stages; the decoding codecs, whose raw copies of 64 keys need room beside the
-// stages, in two (128 keys) or four (64 keys).
-template <CodecId C, int D, int kKeys>
+// f16 rows take 128-key tiles in three stages: twice the keys per S product and per barrier round as 64-key
+// tiles (H200, 2026-12-01: f16 attention at 32k 0.696 -> 0.603 s). The decoding codecs keep 64-key tiles in four
+// stages: their raw copies need room beside the stages, and 128-key tiles in two stages measured slower for
+// every one of them (fp8 0.681 -> 0.728 s, tq3 0.868 -> 0.915).
+template <CodecId C, int D>
 struct WsSmem {
-  static_assert(kKeys == kTile || kKeys == 2 * kTile);
-  static constexpr int kStages = kKeys == kTile ? 4 : kDirect<C> ? 3 : 2, kRows = 128;
+  static constexpr int kKeys = kDirect<C> ? 2 * kTile : kTile, kStages = kDirect<C> ? 3 : 4, kRows = 128;
   using Tile = Sw128Tile<D, kKeys>;
   static constexpr size_t tile = 2 * Tile::kBytes;
   static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
@@ -59,12 +56,12 @@ struct WsSmem {
   static constexpr size_t total = raw_at + 2 * raw + 1024;  // + alignment slack
 };
 
-template <CodecId C, int D, int kKeys>
+template <CodecId C, int D>
 __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a) {
 #if KVTAX_WGMMA
-  using M = WsSmem<C, D, kKeys>;
+  using M = WsSmem<C, D>;
   using L = typename M::Tile;
-  constexpr int kRows = M::kRows, kStages = M::kStages;
+  constexpr int kRows = M::kRows, kStages = M::kStages, kKeys = M::kKeys;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
   uint8_t* smem = smem_raw + ((1024 - (smem_addr(smem_raw) & 1023)) & 1023);
   auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % kStages) * M::tile); };
@@ -98,16 +95,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 
   if (wg < kProducerGroups) {  // producer
     regs_dec<56>();
-    // Raw copies come in 64-key pieces (kTile), kParts per tile, double-buffered and fetched two pieces ahead.
-    constexpr int kParts = kKeys / kTile;
     const uint32_t raw_bytes = uint32_t(kTile * a.row_bytes);
-    const int n_raw = (kend + kTile - 1) / kTile;
-    auto fetch_raw = [&](int r) {  // one thread: K rows and V rows of piece r, two bulk copies
-      if (r >= n_raw) return;
-      const uint8_t* src = tile_base(a, kh, r * kTile);
-      mbar_expect_bytes(raw_full(r), 2 * raw_bytes);
-      bulk_copy(smem_addr(raw(r)), src, raw_bytes, raw_full(r));
-      bulk_copy(smem_addr(raw(r) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(r));
+    auto fetch_raw = [&](int t) {  // one thread: K rows and V rows of tile t, two bulk copies
+      if (t >= n_tiles) return;
+      const uint8_t* src = tile_base(a, kh, t * kTile);
+      mbar_expect_bytes(raw_full(t), 2 * raw_bytes);
+      bulk_copy(smem_addr(raw(t)), src, raw_bytes, raw_full(t));
+      bulk_copy(smem_addr(raw(t) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(t));
     };
     if constexpr (!kDirect<C>) {
       if (tid == 0) {
@@ -130,20 +124,12 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
           mbar_arrive(full(t - kLag));
         }
       } else {
-#pragma unroll
-        for (int part = 0; part < kParts; ++part) {
-          // A piece wholly past the keys (the last tile's second half) was never fetched: decoding whatever its
-          // buffer holds writes zeros, since every one of its keys is dead.
-          const int r = t * kParts + part, off = part * kTile * L::kTokStride;
-          if (r < n_raw) mbar_wait(raw_full(r), (r / 2) & 1);
-          decode_tile<C, D, kProducers, L>(raw(r), r * kTile, kend, lv, tile(t) + off, tile(t) + kKeys * D + off);
-          if (part == kParts - 1) {
-            fence_proxy_async();
-            mbar_arrive(full(t));
-          }
-          bar_sync<kProducers>(3);  // every producer thread is done reading raw(r)
-          if (tid == 0) fetch_raw(r + 2);
-        }
+        mbar_wait(raw_full(t), (t / 2) & 1);
+        decode_tile<C, D, kProducers, L>(raw(t), t * kTile, kend, lv, tile(t), tile(t) + kTile * D);
+        fence_proxy_async();
+        mbar_arrive(full(t));
+        bar_sync<kProducers>(3);  // every producer thread is done reading raw(t)
+        if (tid == 0) fetch_raw(t + 2);
       }
     }
     if constexpr (kDirect<C>) {  // the last kLag tiles
@@ -206,40 +192,22 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 #endif
 }
 
-template <CodecId C, int D, int kKeys>
-cudaError_t launch_keys(const PrefillArgs& a, cudaStream_t s) {
-  using M = WsSmem<C, D, kKeys>;
+template <CodecId C, int D>
+cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
+  using M = WsSmem<C, D>;
   // head_dim 64 gave wrong results on the H200 (2026-12-01, not understood yet) and f32 rows leave no room for
-  // the tiles beside their raw stages: both take the mma.sync kernel.
+  // four tiles beside their raw stages: both take the mma.sync kernel.
   if constexpr (D != 128 || M::total > kMaxSmem) {
     PrefillArgs b = a;
     b.wgmma = false;
     return launch_prefill(b, s);
   } else {
-    static const cudaError_t ready = cudaFuncSetAttribute(
-        prefill_ws_kernel<C, D, kKeys>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
+    static const cudaError_t ready =
+        cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
     if (ready != cudaSuccess) return ready;
     const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + M::kRows - 1) / M::kRows);
-    prefill_ws_kernel<C, D, kKeys><<<grid, kWsThreads, M::total, s>>>(a);
+    prefill_ws_kernel<C, D><<<grid, kWsThreads, M::total, s>>>(a);
     return cudaGetLastError();
-  }
-}
-
-// MEASUREMENT ONLY (not to land): KVTAX_PREFILL_TILE=128 gives the decoding codecs 128-key tiles.
-bool wide_tiles() {
-  static const bool w = [] {
-    const char* e = std::getenv("KVTAX_PREFILL_TILE");
-    return e && std::string_view(e) == "128";
-  }();
-  return w;
-}
-
-template <CodecId C, int D>
-cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
-  if constexpr (kDirect<C>) {
-    return launch_keys<C, D, 2 * kTile>(a, s);
-  } else {
-    return wide_tiles() ? launch_keys<C, D, 2 * kTile>(a, s) : launch_keys<C, D, kTile>(a, s);
   }
 }
 
