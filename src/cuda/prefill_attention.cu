@@ -59,7 +59,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
   // kDirect: stage t's K at kv_stage(t), its V kTile rows later. Otherwise raw(t) and one decoded tile.
   auto kv_stage = [&](int t) { return reinterpret_cast<__half*>(rest + (kDirect<C> ? (t & 1) * M::kv : 2 * M::raw)); };
   auto raw = [&](int t) { return rest + (t & 1) * M::raw; };
-  __shared__ float lv[16];
+  __shared__ uint32_t pairs[kPairSlots<C>];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int h = blockIdx.x;
@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
   const int pa = row_pos(a, r_warp + g), pb = row_pos(a, r_warp + g + 8);
   const int warp_min = row_pos(a, r_warp), warp_max = row_pos(a, r_warp + 15);
   const int kend = row_pos(a, r_block + kRows - 1) + 1;
-  if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
+  fill_pairs<C, kThreads>(a, pairs);
 
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
   if constexpr (kDirect<C>) {
@@ -102,7 +102,7 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
       cp_wait<1>();
       __syncthreads();  // this tile's bytes are in (every thread's copies), the previous tile is consumed
       k_s = kv_stage(0);
-      decode_tile<C, D, kThreads, L>(raw(t), k0, kend, lv, k_s, k_s + kTile * S);
+      decode_tile<C, D, kThreads, L>(raw(t), k0, kend, pairs, k_s, k_s + kTile * S);
       __syncthreads();
     }
     v_s = k_s + kTile * S;

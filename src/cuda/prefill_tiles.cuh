@@ -81,6 +81,21 @@ __device__ __forceinline__ uint32_t half2_bits(__half2 h) {
   return uint32_t(__half_as_ushort(h.x)) | (uint32_t(__half_as_ushort(h.y)) << 16);
 }
 
+// tq4 / tq3 decode two values per shared load from a table of f16 level pairs (kv/codecs/layout.h,
+// unit_pair_codes): 256 entries for tq4, 64 for tq3, built once per block. Looking up each level as a float,
+// then scaling and rounding it, made them the slowest codecs of the prefill by ~25% (H200, 2026-12-01).
+template <kv::CodecId C>
+constexpr int kPairEntries = kv::layout::kPairLevels<C> * kv::layout::kPairLevels<C>;
+// The table's shared array size (at least 1: a codec without one still declares it).
+template <kv::CodecId C>
+constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> : 1;
+
+template <kv::CodecId C, int kThreads>
+__device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs) {
+  constexpr int n = kv::layout::kPairLevels<C>;
+  for (int i = threadIdx.x; i < kPairEntries<C>; i += kThreads) pairs[i] = pack_half2(a.levels[i % n], a.levels[i / n]);
+}
+
 // Decodes a raw tile (rows of the codec's row_bytes(C, D), checked at launch) into k_s / v_s as f16 with the
 // unit's factor applied; keys at or past kend become zeros (their bytes may be anything, NaN included, and P V
 // would carry a NaN even at weight 0). Thread i always takes unit i % kUnits of rows i / kUnits + kRowStep j: the
@@ -88,8 +103,8 @@ __device__ __forceinline__ uint32_t half2_bits(__half2 h) {
 // index walk spent more instructions on divisions and swizzle arithmetic than on the decode (ncu, H200,
 // 2026-12-01: ~60 instructions per 8 fp8 values).
 template <kv::CodecId C, int D, int kThreads, class Layout>
-__device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend, const float* lv, __half* k_s,
-                                            __half* v_s) {
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend, const uint32_t* pairs,
+                                            __half* k_s, __half* v_s) {
   namespace layout = kv::layout;
   constexpr size_t kRowBytes = layout::row_bytes(C, D);
   constexpr int kUnits = D / layout::kUnit, kTotal = 2 * kTile * kUnits, kRowStep = kThreads / kUnits;
@@ -113,9 +128,17 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
       p.y = half2_bits(__hmul2(hv[1], f2));
       p.z = half2_bits(__hmul2(hv[2], f2));
       p.w = half2_bits(__hmul2(hv[3], f2));
-    } else {
+    } else if constexpr (kPairEntries<C> > 0) {
+      uint32_t idx[4];
+      const float f = layout::unit_pair_codes<C, /*kNc=*/false>(src + jr * kRowBytes, int(u), idx);
+      const __half2 f2 = __float2half2_rn(live ? f : 0.0f);
+      p.x = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[0]]), f2));
+      p.y = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[1]]), f2));
+      p.z = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[2]]), f2));
+      p.w = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[3]]), f2));
+    } else {  // bf16, f32
       float y[8];
-      const float f = layout::unit_decode<C, /*kNc=*/false>(src + jr * kRowBytes, D, int(u), lv, y);
+      const float f = layout::unit_decode<C, /*kNc=*/false>(src + jr * kRowBytes, D, int(u), nullptr, y);
       p.x = pack_half2(live ? y[0] * f : 0.0f, live ? y[1] * f : 0.0f);
       p.y = pack_half2(live ? y[2] * f : 0.0f, live ? y[3] * f : 0.0f);
       p.z = pack_half2(live ? y[4] * f : 0.0f, live ? y[5] * f : 0.0f);

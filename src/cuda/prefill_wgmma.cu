@@ -67,7 +67,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % kStages) * M::tile); };
   auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
   __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
-  __shared__ float lv[16];
+  __shared__ uint32_t pairs[kPairSlots<C>];
   __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[stages], empty[stages], raw_full[2]
   auto full = [&](int t) { return smem_addr(&bars[t % kStages]); };
   auto empty = [&](int t) { return smem_addr(&bars[kStages + t % kStages]); };
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
   const int kend = row_pos(a, r_block + kRows - 1) + 1, n_tiles = (kend + kKeys - 1) / kKeys;
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
-  if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
+  fill_pairs<C, kWsThreads>(a, pairs);
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(full(i), kProducers);
@@ -91,7 +91,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   }
   stage_q<D, kWsThreads, kRows, Sw128Tile<D, kRows>>(a, h, r_block, q_s);
   fence_proxy_async();
-  __syncthreads();  // barriers initialised; q and lv written
+  __syncthreads();  // barriers initialised; q and the pair table written
 
   if (wg < kProducerGroups) {  // producer
     regs_dec<56>();
@@ -125,7 +125,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
         }
       } else {
         mbar_wait(raw_full(t), (t / 2) & 1);
-        decode_tile<C, D, kProducers, L>(raw(t), t * kTile, kend, lv, tile(t), tile(t) + kTile * D);
+        decode_tile<C, D, kProducers, L>(raw(t), t * kTile, kend, pairs, tile(t), tile(t) + kTile * D);
         fence_proxy_async();
         mbar_arrive(full(t));
         bar_sync<kProducers>(3);  // every producer thread is done reading raw(t)

@@ -272,6 +272,28 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
   }
 }
 
+// tq4 / tq3 codes by pairs, for a decode through a table of f16 level pairs (entry i: levels[i % n] then
+// levels[i / n], n = kPairLevels): idx[k] = the pair index of values 8u+2k and 8u+2k+1 (tq4: their code byte;
+// tq3: their six code bits). Returns the row's gain.
+template <CodecId C>
+constexpr int kPairLevels = C == CodecId::tq4 ? 16 : C == CodecId::tq3 ? 8 : 0;
+
+template <CodecId C, bool kNc = true>
+__device__ __forceinline__ float unit_pair_codes(const uint8_t* row, int u, uint32_t (&idx)[4]) {
+  static_assert(kPairLevels<C> > 0, "tq4 and tq3 only");
+  if constexpr (C == CodecId::tq4) {
+    uint32_t w[1];
+    load_words<1, false, kNc>(row + 4 + 4 * u, w);
+    for (int k = 0; k < 4; ++k) idx[k] = (w[0] >> (8 * k)) & 0xffu;
+  } else {
+    const uint8_t* p = row + 4 + 3 * u;
+    const uint32_t bits = kNc ? uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16)
+                              : uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
+    for (int k = 0; k < 4; ++k) idx[k] = (bits >> (6 * k)) & 63u;
+  }
+  return load_f32<kNc>(row);
+}
+
 // Code word -> the exact values of its runs as f16 pairs (h[0..2 word_runs)), before the factor: fp8 the e4m3
 // values themselves (factor: the row scale; e4m3's NaN codes, which the encoder never writes, give NaN here where
 // unit_decode gives 480), q8 the int8 codes, q4 the codes - 8 (factor: the block's f16 scale).
