@@ -413,8 +413,7 @@ void CudaDecoder::run_chunk(int off, int n) {
       check(ops::rmsnorm(q, w.q_norm.as<float>(), q, n * nh, hd, eps, s), "q norm");
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, n * nkv, hd, eps, s), "k norm");
     }
-    check(ops::rope(q, n, nh, hd, pos0, nullptr, b_.rope(), s), "rope");
-    check(ops::rope(k, n, nkv, hd, pos0, nullptr, b_.rope(), s), "rope");
+    check(ops::rope_rows(q, nh, k, nkv, n, hd, pos0, b_.rope(), s), "rope");
     encode_kv(target(l), k, v, n, pos0, s);
     prefill_attention(view(l, pos0 + n), q, n, pos0, nh, att, s);
     G.run(*w.wo, 0, d, att, n, y, d);

@@ -42,10 +42,9 @@ cudaError_t add_rmsnorm_half(float* x, const float* y, const float* w, void* out
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
 cudaError_t add_rows(float* x, const float* b, int rows, int n, cudaStream_t s);
 cudaError_t silu_mul(float* g, const float* u, int64_t n, cudaStream_t s);
-// n_tok tokens of n_heads vectors of head_dim (x: [n_tok][n_heads][head_dim]) at positions pos_dev[t]
-// (device, read at run time: one graph node serves every position), or pos0 + t without pos_dev.
-cudaError_t rope(float* x, int n_tok, int n_heads, int head_dim, int pos0, const int* pos_dev, const RopeParams& p,
-                 cudaStream_t s);
+// n_tok tokens of q (n_q heads: [n_tok][n_q][head_dim]) and k (n_k heads) at positions pos0 + t.
+cudaError_t rope_rows(float* q, int n_q, float* k, int n_k, int n_tok, int head_dim, int pos0, const RopeParams& p,
+                      cudaStream_t s);
 
 // One token's q (n_q heads) and k (n_k heads) in one launch, at position *pos_dev.
 cudaError_t rope_qk(float* q, int n_q, float* k, int n_k, int head_dim, const int* pos_dev, const RopeParams& p,

@@ -8,18 +8,27 @@
 
 namespace kvtax::cuda::detail {
 
-// v: one head's values (global or shared memory); i < p.dim / 2.
-__device__ __forceinline__ void rope_pair(float* v, int i, int pos, const ops::RopeParams& p) {
+// cos and sin of rotary pair i's angle at position pos, each times mscale (the same for every head).
+__device__ __forceinline__ float2 rope_cos_sin(int i, int pos, const ops::RopeParams& p) {
   float theta = float(pos);
   for (int k = 0; k < i; ++k) theta = __fmul_rn(theta, p.theta_scale);
   const float extrap = theta / (p.factor ? p.factor[i] : 1.0f);
   float th = __fmul_rn(p.freq_scale, extrap);
   if (p.ramp) th = __fadd_rn(__fmul_rn(th, 1.0f - p.ramp[i]), __fmul_rn(extrap, p.ramp[i]));
-  const float cs = __fmul_rn(cosf(th), p.mscale), sn = __fmul_rn(sinf(th), p.mscale);
+  return make_float2(__fmul_rn(cosf(th), p.mscale), __fmul_rn(sinf(th), p.mscale));
+}
+
+// Rotates pair i of one head's values v (global or shared memory) by cs = rope_cos_sin(i, ...).
+__device__ __forceinline__ void rope_rotate(float* v, int i, float2 cs, const ops::RopeParams& p) {
   const int half = p.dim / 2, a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
   const float x0 = v[a], x1 = v[b];
-  v[a] = __fsub_rn(__fmul_rn(x0, cs), __fmul_rn(x1, sn));
-  v[b] = __fadd_rn(__fmul_rn(x0, sn), __fmul_rn(x1, cs));
+  v[a] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+  v[b] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+}
+
+// v: one head's values; i < p.dim / 2.
+__device__ __forceinline__ void rope_pair(float* v, int i, int pos, const ops::RopeParams& p) {
+  rope_rotate(v, i, rope_cos_sin(i, pos, p), p);
 }
 
 }  // namespace kvtax::cuda::detail

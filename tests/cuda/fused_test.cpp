@@ -133,6 +133,40 @@ TEST(CudaFused, NormWritesTheHalvesTheGemmRounds) {
   }
 }
 
+// The prefill's RoPE over all tokens and heads at once (each pair's cos and sin computed once per token) gives
+// bit for bit what the decode step's one-token kernel gives at each position, for plain, NeoX-over-part-of-the-head
+// and per-pair-factor (llama3) rotations.
+TEST(CudaFused, RopeRowsMatchesTheOneTokenKernel) {
+  REQUIRE_GPU();
+  const int d = 128, nq = 32, nk = 8, n = 37, pos0 = 30000;
+  std::vector<float> factors(d / 2);
+  for (int i = 0; i < d / 2; ++i) factors[size_t(i)] = 1.0f + 0.125f * float(i % 7);
+  cuda::Buffer fd = upload(factors);
+  uint32_t seed = 1500;
+  for (int variant = 0; variant < 3; ++variant) {
+    cuda::ops::RopeParams rp;
+    rp.neox = variant == 1;
+    rp.dim = variant == 1 ? 64 : d;
+    rp.theta_scale = std::pow(500000.0f, -2.0f / float(rp.dim));
+    rp.factor = variant == 2 ? fd.as<float>() : nullptr;
+    const auto q = random_normal(size_t(n) * nq * d, seed++), k = random_normal(size_t(n) * nk * d, seed++);
+    cuda::Buffer q1 = upload(q), k1 = upload(k), q2 = upload(q), k2 = upload(k), posd(4);
+    cuda::check(cuda::ops::rope_rows(q1.as<float>(), nq, k1.as<float>(), nk, n, d, pos0, rp, nullptr), "rope_rows");
+    for (int t = 0; t < n; ++t) {
+      const int pos = pos0 + t;
+      posd.upload(&pos, 4);
+      cuda::check(cuda::ops::rope_qk(q2.as<float>() + size_t(t) * nq * d, nq, k2.as<float>() + size_t(t) * nk * d, nk,
+                                     d, posd.as<int>(), rp, nullptr),
+                  "rope_qk");
+      cuda::check(cudaDeviceSynchronize(), "rope test");
+    }
+    const auto qa = download(q1, q.size()), qb = download(q2, q.size());
+    EXPECT_EQ(qa, qb) << "variant " << variant;
+    EXPECT_EQ(download(k1, k.size()), download(k2, k.size())) << "variant " << variant;
+    EXPECT_NE(qa, q) << "q was not rotated";
+  }
+}
+
 // The attention's merge writes the int8 codes of its output that a quantized wo would make itself: the GEMV over
 // them equals one that quantizes the attention output, bit for bit. f16 runs the plain merge, q4r the merge with
 // its inverse rotation first; bf16 the scalar split kernel.
