@@ -49,8 +49,11 @@ bool prefill_supported(kv::CodecId codec, int head_dim) {
   return int(codec) < kv::kNumCodecs && (head_dim == 64 || head_dim == 128);
 }
 
-void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out,
-                       cudaStream_t stream) {
+namespace {
+
+// out16: null for f32 output into out.
+void run_prefill(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out, uint16_t* out16,
+                 bool bf16, cudaStream_t stream) {
   if (!prefill_supported(kv.codec, kv.head_dim))
     fail("CUDA prefill attention: no kernel for codec {} with head_dim {} (supported: 64, 128)",
          int(kv.codec) < kv::kNumCodecs ? kv::codec(kv.codec).name : "?", kv.head_dim);
@@ -71,9 +74,28 @@ void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_he
   a.pos0 = pos0;
   a.warps = warps_for(kv.codec);
   a.wgmma = use_wgmma();
+  a.out16 = out16;
+  a.out_bf16 = bf16;
   check(detail::launch_prefill(a, stream), "prefill attention launch");
   if (rotated(kv.codec))
     check(detail::launch_rotate_rows(out, rows, kv.head_dim, t.signs.as<float>(), true, stream), "output rotation");
+}
+
+}  // namespace
+
+void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out,
+                       cudaStream_t stream) {
+  run_prefill(kv, q, n_tok, pos0, n_heads, out, nullptr, false, stream);
+}
+
+bool prefill_half_output(kv::CodecId codec) { return !rotated(codec); }
+
+void prefill_attention_half(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, void* out, bool bf16,
+                            cudaStream_t stream) {
+  if (!prefill_half_output(kv.codec))
+    fail("CUDA prefill attention: codec {} has no 16-bit output (its output is rotated back in f32)",
+         kv::codec(kv.codec).name);
+  run_prefill(kv, q, n_tok, pos0, n_heads, nullptr, static_cast<uint16_t*>(out), bf16, stream);
 }
 
 }  // namespace kvtax::cuda

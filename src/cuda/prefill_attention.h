@@ -21,4 +21,11 @@ bool prefill_supported(kv::CodecId codec, int head_dim);
 void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out,
                        cudaStream_t stream = nullptr);
 
+// As prefill_attention, with out written as 16-bit values (bf16, else f16; rounded to nearest even, as
+// GemmRunner::round rounds the f32 output) for the next product's input. Not for the rotated codecs, whose output
+// is rotated back in f32 after the kernel: prefill_half_output says which codecs take it.
+bool prefill_half_output(kv::CodecId codec);
+void prefill_attention_half(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, void* out, bool bf16,
+                            cudaStream_t stream = nullptr);
+
 }  // namespace kvtax::cuda

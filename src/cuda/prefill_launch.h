@@ -17,6 +17,8 @@ struct PrefillArgs : PagedKvArgs {
              // memory allows)
   bool wgmma;  // the warpgroup-MMA kernel (prefill_wgmma.cu) instead, for head_dim 128; only where
               // prefill_wgmma_available()
+  uint16_t* out16;  // set: the output goes here as 16-bit values (bf16 with out_bf16, else f16), not to out
+  bool out_bf16;
 };
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);

@@ -211,20 +211,26 @@ __device__ __forceinline__ void softmax_step(float (&s)[kN / 8][4], int kj, int 
   }
 }
 
-// o / l of one warp's rows ra and ra + 8 into a.out (rows past the chunk are not stored).
+// o / l of one warp's rows ra and ra + 8 into a.out, or rounded into a.out16 (rows past the chunk are not stored).
 template <int D>
 __device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, int c, const float (&o)[D / 8][4],
                                            float la, float lb) {
   quad_sum(la, lb);
   const float ia = 1.0f / la, ib = 1.0f / lb;
   const int rb = ra + 8, n_rows = a.n_tok * a.n_rep;
-  float* oa = ra < n_rows ? a.out + row_offset(a, h, ra, D) : nullptr;
-  float* ob = rb < n_rows ? a.out + row_offset(a, h, rb, D) : nullptr;
+  const bool sa = ra < n_rows, sb = rb < n_rows;
+  const size_t at = sa ? row_offset(a, h, ra, D) : 0, bt = sb ? row_offset(a, h, rb, D) : 0;
+  auto put = [&](size_t off, float x, float y) {
+    if (!a.out16)
+      *reinterpret_cast<float2*>(a.out + off) = make_float2(x, y);
+    else
+      *reinterpret_cast<uint32_t*>(a.out16 + off) = a.out_bf16 ? pack_pair<true>(x, y) : pack_pair<false>(x, y);
+  };
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) {
     const int d0 = dn * 8 + 2 * c;
-    if (oa) *reinterpret_cast<float2*>(oa + d0) = make_float2(o[dn][0] * ia, o[dn][1] * ia);
-    if (ob) *reinterpret_cast<float2*>(ob + d0) = make_float2(o[dn][2] * ib, o[dn][3] * ib);
+    if (sa) put(at + d0, o[dn][0] * ia, o[dn][1] * ia);
+    if (sb) put(bt + d0, o[dn][2] * ib, o[dn][3] * ib);
   }
 }
 

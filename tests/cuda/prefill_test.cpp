@@ -89,6 +89,48 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
   }
 }
 
+// The 16-bit output (the next product's input) is the f32 output rounded, bit for bit, from both kernels, for the
+// codecs that take it; a rotated codec is refused.
+TEST(CudaPrefill, HalfOutputIsTheRoundedFloatOutput) {
+  REQUIRE_GPU();
+  const int n_kv = 2, n_heads = 8, d = 128, n = 300;
+  uint64_t seed = 4700;
+  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4, kv::CodecId::bf16}) {
+    ASSERT_TRUE(cuda::prefill_half_output(c)) << kv::codec(c).name;
+    KvCache cache({1, n_kv, d}, parse_kv_spec(kv::codec(c).name), size_t(n));
+    const auto k = gaussian(size_t(n) * n_kv * d, seed++), v = gaussian(size_t(n) * n_kv * d, seed++);
+    const auto q = gaussian(size_t(n) * n_heads * d, seed++);
+    cache.append(0, n, k.data(), v.data());
+    cache.commit(n);
+    cuda::DeviceKv dkv(c, n_kv, d, n);
+    dkv.copy_from(cache, 0);
+    cuda::Buffer qd(q.size() * 4), out(q.size() * 4), h1(q.size() * 2), h2(q.size() * 2);
+    for (const char* kernel : {"mma", "wgmma"}) {
+      if (std::string(kernel) == "wgmma" && !cuda::detail::prefill_wgmma_available()) continue;
+      setenv("KVTAX_PREFILL_KERNEL", kernel, 1);
+      for (bool bf16 : {false, true}) {
+        h1.fill(0xff);
+        h2.fill(0xff);
+        qd.upload(q.data(), q.size() * 4);
+        cuda::prefill_attention(dkv.view(), qd.as<float>(), n, 0, n_heads, out.as<float>());
+        cuda::check(cuda::detail::to_half(out.as<float>(), int64_t(q.size()), bf16, h1.get(), nullptr), "round");
+        cuda::prefill_attention_half(dkv.view(), qd.as<float>(), n, 0, n_heads, h2.get(), bf16);
+        cuda::check(cudaDeviceSynchronize(), "half output test");
+        std::vector<uint16_t> a(q.size()), b(q.size());
+        h1.download(a.data(), a.size() * 2);
+        h2.download(b.data(), b.size() * 2);
+        EXPECT_EQ(a, b) << kv::codec(c).name << " " << kernel << (bf16 ? " bf16" : " f16");
+      }
+      unsetenv("KVTAX_PREFILL_KERNEL");
+    }
+  }
+  EXPECT_FALSE(cuda::prefill_half_output(kv::CodecId::q4r));
+  cuda::DeviceKv rot(kv::CodecId::q4r, 1, 128, 8);
+  rot.set_len(8);
+  cuda::Buffer q(8 * 4 * 128 * 4), h(8 * 4 * 128 * 2);
+  EXPECT_THROW(cuda::prefill_attention_half(rot.view(), q.as<float>(), 8, 0, 4, h.get(), true), Error);
+}
+
 TEST(CudaPrefill, RejectsBadCalls) {
   REQUIRE_GPU();
   cuda::DeviceKv kv(kv::CodecId::f16, 2, 128, 300);
