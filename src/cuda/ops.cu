@@ -146,8 +146,8 @@ __global__ void __launch_bounds__(kRopeRowThreads) rope_rows_kernel(float* q, in
   }
 }
 
-// grid (n_tok, n_heads), block = dim/2 pairs (<= 512).
-// grid (n_tok, n_heads + n_heads2): heads past n_heads are those of x2 (k next to q in one launch).
+// One token (the decode step), one block per head: grid (1, n_heads + n_heads2), heads past n_heads are those
+// of x2 (k next to q in one launch); block = dim/2 pairs (<= 512). The prefill's many tokens take rope_rows_kernel.
 __global__ void rope_kernel(float* x, int n_heads, float* x2, int head_dim, int pos0, const int* pos_dev, RopeParams p) {
   detail::pdl_wait();
   detail::pdl_trigger();  // the KV encode after it may launch

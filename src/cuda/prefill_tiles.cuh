@@ -83,7 +83,8 @@ __device__ __forceinline__ uint32_t half2_bits(__half2 h) {
 
 // tq4 / tq3 decode two values per shared load from a table of f16 level pairs (kv/codecs/layout.h,
 // unit_pair_codes): 256 entries for tq4, 64 for tq3, built once per block. Looking up each level as a float,
-// then scaling and rounding it, made them the slowest codecs of the prefill by ~25% (H200, 2026-12-01).
+// then scaling and rounding it, made them the slowest codecs of the prefill by ~25% (H200, 2026-12-01); tq4's
+// lookups into 256 entries still conflict (47% of its shared-load wavefronts), tq3's into 64 much less.
 template <kv::CodecId C>
 constexpr int kPairEntries = kv::layout::kPairLevels<C> * kv::layout::kPairLevels<C>;
 // The table's shared array size (at least 1: a codec without one still declares it).
@@ -93,7 +94,8 @@ constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> : 1;
 template <kv::CodecId C, int kThreads>
 __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs) {
   constexpr int n = kv::layout::kPairLevels<C>;
-  for (int i = threadIdx.x; i < kPairEntries<C>; i += kThreads) pairs[i] = pack_half2(a.levels[i % n], a.levels[i / n]);
+  for (int i = threadIdx.x; i < kPairEntries<C>; i += kThreads)
+    pairs[i] = pack_half2(a.levels[i % n], a.levels[i / n]);
 }
 
 // Decodes a raw tile (rows of the codec's row_bytes(C, D), checked at launch) into k_s / v_s as f16 with the

@@ -5,9 +5,9 @@
 // query head of the group. Per tile of N keys (128 for f16 rows, 64 for the decoding codecs) a warpgroup of 64
 // rows computes S = Q K^T as 8 wgmma m64nNk16 with q and K read by the tensor cores straight from shared memory,
 // runs the online softmax on the accumulators, and adds P V as N / 16 wgmma m64n128k16 with P in registers and V
-// read from shared memory transposed (N-major). The tiles sit
-// in shared memory in the 128-byte swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there
-// directly, the other codecs are decoded there from raw copies, as in the mma.sync kernel.
+// read from shared memory transposed (N-major). The tiles sit in shared memory in the 128-byte swizzle wgmma reads
+// (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there directly, the other codecs are decoded there from raw
+// copies, as in the mma.sync kernel.
 //
 // A single-role form (every warpgroup copies or decodes, then multiplies, one barrier per tile) measured slower on
 // the H200 for every codec (docs/perf.md, "Session 9") and was removed.
