@@ -416,7 +416,7 @@ void CudaDecoder::run_chunk(int off, int n) {
     check(ops::rope_rows(q, nh, k, nkv, n, hd, pos0, b_.rope(), s), "rope");
     encode_kv(target(l), k, v, n, pos0, s);
     const KvView kv = view(l, pos0 + n);
-    if (w.wo->type() != GgmlType::F32 && prefill_half_output(kv.codec)) {  // att as wo's 16-bit input
+    if (w.wo->type() != GgmlType::F32) {  // att as wo's 16-bit input
       void* ah = G.input(n, qd);
       prefill_attention_half(kv, q, n, pos0, nh, ah, GemmRunner::takes_bf16(*w.wo), s);
       G.run_rounded(*w.wo, 0, d, ah, n, y, d, false);

@@ -52,7 +52,7 @@ bool prefill_supported(kv::CodecId codec, int head_dim) {
 namespace {
 
 // out16: null for f32 output into out.
-void run_prefill(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out, uint16_t* out16,
+void run_prefill(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, float* out, uint16_t* out16,
                  bool bf16, cudaStream_t stream) {
   if (!prefill_supported(kv.codec, kv.head_dim))
     fail("CUDA prefill attention: no kernel for codec {} with head_dim {} (supported: 64, 128)",
@@ -64,10 +64,6 @@ void run_prefill(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, f
          pos0, kv.len, kv.max_len);
   if (int64_t(n_tok) * n_heads > (int64_t(1) << 28))
     fail("CUDA prefill attention: chunk of {} tokens x {} heads is too large", n_tok, n_heads);
-  const CodecTables& t = codec_tables();
-  const int64_t rows = int64_t(n_tok) * n_heads;
-  if (rotated(kv.codec))
-    check(detail::launch_rotate_rows(q, rows, kv.head_dim, t.signs.as<float>(), false, stream), "q rotation");
   detail::PrefillArgs a{};
   static_cast<detail::PagedKvArgs&>(a) = detail::paged_kv_args(kv, n_heads, q, out);
   a.n_tok = n_tok;
@@ -76,25 +72,19 @@ void run_prefill(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, f
   a.wgmma = use_wgmma();
   a.out16 = out16;
   a.out_bf16 = bf16;
+  a.signs = rotated(kv.codec) ? codec_tables().signs.as<float>() : nullptr;
   check(detail::launch_prefill(a, stream), "prefill attention launch");
-  if (rotated(kv.codec))
-    check(detail::launch_rotate_rows(out, rows, kv.head_dim, t.signs.as<float>(), true, stream), "output rotation");
 }
 
 }  // namespace
 
-void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out,
+void prefill_attention(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, float* out,
                        cudaStream_t stream) {
   run_prefill(kv, q, n_tok, pos0, n_heads, out, nullptr, false, stream);
 }
 
-bool prefill_half_output(kv::CodecId codec) { return !rotated(codec); }
-
-void prefill_attention_half(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, void* out, bool bf16,
-                            cudaStream_t stream) {
-  if (!prefill_half_output(kv.codec))
-    fail("CUDA prefill attention: codec {} has no 16-bit output (its output is rotated back in f32)",
-         kv::codec(kv.codec).name);
+void prefill_attention_half(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, void* out,
+                            bool bf16, cudaStream_t stream) {
   run_prefill(kv, q, n_tok, pos0, n_heads, nullptr, static_cast<uint16_t*>(out), bf16, stream);
 }
 

@@ -147,30 +147,6 @@ __global__ void __launch_bounds__(32 * W, 16 / W) prefill_kernel(PrefillArgs a) 
   store_rows<D>(a, h, r_warp + g, c, o, la, lb);
 }
 
-// One warp per row: the butterfly of kv/rotation.cpp in shared memory.
-template <int D>
-__global__ void __launch_bounds__(256) rotate_rows_kernel(float* x, int64_t rows, const float* signs, bool inverse) {
-  __shared__ float buf[8][D];
-  const int w = threadIdx.x / 32, lane = threadIdx.x % 32;
-  const int64_t r = int64_t(blockIdx.x) * 8 + w;
-  if (r >= rows) return;  // whole warps
-  float* v = buf[w];
-  float* xr = x + r * D;
-  for (int i = lane; i < D; i += 32) v[i] = inverse ? xr[i] : xr[i] * signs[i];
-  __syncwarp();
-  for (int len = 1; len < D; len <<= 1) {
-    for (int j = lane; j < D / 2; j += 32) {
-      const int i = (j / len) * 2 * len + (j % len);
-      const float p = v[i], q = v[i + len];
-      v[i] = p + q;
-      v[i + len] = p - q;
-    }
-    __syncwarp();
-  }
-  const float n = rsqrtf(float(D));
-  for (int i = lane; i < D; i += 32) xr[i] = inverse ? v[i] * n * signs[i] : v[i] * n;
-}
-
 // The kernel with its dynamic shared memory allowed (once per instantiation, not per launch).
 template <CodecId C, int D, int W>
 cudaError_t prepared() {
@@ -207,18 +183,6 @@ cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s) {
   if (a.n_tok <= 0) return cudaSuccess;
   return dispatch(AllCodecs{}, Dims<64, 128>{}, a.codec, a.head_dim,
                   [&]<CodecId C, int D>() { return launch_codec_dim<C, D>(a, s); });
-}
-
-cudaError_t launch_rotate_rows(float* x, int64_t rows, int d, const float* signs, bool inverse, cudaStream_t s) {
-  if (rows <= 0) return cudaSuccess;
-  const unsigned grid = unsigned((rows + 7) / 8);
-  switch (d) {
-    case 64: rotate_rows_kernel<64><<<grid, 256, 0, s>>>(x, rows, signs, inverse); break;
-    case 128: rotate_rows_kernel<128><<<grid, 256, 0, s>>>(x, rows, signs, inverse); break;
-    case 256: rotate_rows_kernel<256><<<grid, 256, 0, s>>>(x, rows, signs, inverse); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
 }
 
 }  // namespace kvtax::cuda::detail

@@ -14,18 +14,16 @@ namespace kvtax::cuda {
 // head_dim 64 or 128 with any codec (head_dim 256 would spill the accumulators: prefill it token by token).
 bool prefill_supported(kv::CodecId codec, int head_dim);
 
-// q: device [n_tok][n_heads][head_dim] f32 for positions pos0 .. pos0 + n_tok - 1 (after RoPE); it is
-// overwritten (rotated) for the rotated codecs. kv.len must be pos0 + n_tok: the chunk's own rows are in
-// the pages. out: device [n_tok][n_heads][head_dim]; scale 1/sqrt(head_dim); query i attends to tokens
-// 0 .. pos0 + i.
-void prefill_attention(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, float* out,
+// q: device [n_tok][n_heads][head_dim] f32 for positions pos0 .. pos0 + n_tok - 1 (after RoPE). kv.len must be
+// pos0 + n_tok: the chunk's own rows are in the pages. out: device [n_tok][n_heads][head_dim]; scale
+// 1/sqrt(head_dim); query i attends to tokens 0 .. pos0 + i. For the rotated codecs the kernel rotates q as it
+// stages it and rotates the output back before storing it.
+void prefill_attention(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, float* out,
                        cudaStream_t stream = nullptr);
 
 // As prefill_attention, with out written as 16-bit values (bf16, else f16; rounded to nearest even, as
-// GemmRunner::round rounds the f32 output) for the next product's input. Not for the rotated codecs, whose output
-// is rotated back in f32 after the kernel: prefill_half_output says which codecs take it.
-bool prefill_half_output(kv::CodecId codec);
-void prefill_attention_half(const KvView& kv, float* q, int n_tok, int pos0, int n_heads, void* out, bool bf16,
-                            cudaStream_t stream = nullptr);
+// GemmRunner::round rounds the f32 output) for the next product's input.
+void prefill_attention_half(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, void* out,
+                            bool bf16, cudaStream_t stream = nullptr);
 
 }  // namespace kvtax::cuda

@@ -19,13 +19,13 @@ struct PrefillArgs : PagedKvArgs {
               // prefill_wgmma_available()
   uint16_t* out16;  // set: the output goes here as 16-bit values (bf16 with out_bf16, else f16), not to out
   bool out_bf16;
+  const float* signs;  // rotated codecs: the rotation's D signs; q is rotated as it is staged, the output
+                       // rotated back before it is stored (kv/rotation.h's steps). Null otherwise.
 };
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);
 // Whether this device runs the wgmma kernel (an sm_90a build on a Hopper GPU).
 bool prefill_wgmma_available();
 cudaError_t launch_prefill_wgmma(const PrefillArgs& a, cudaStream_t s);
-// rows vectors of d (64, 128 or 256) rotated in place: forward R = H D / sqrt(d), or its inverse.
-cudaError_t launch_rotate_rows(float* x, int64_t rows, int d, const float* signs, bool inverse, cudaStream_t s);
 
 }  // namespace kvtax::cuda::detail

@@ -94,8 +94,9 @@ constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> : 1;
 template <kv::CodecId C, int kThreads>
 __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs) {
   constexpr int n = kv::layout::kPairLevels<C>;
-  for (int i = threadIdx.x; i < kPairEntries<C>; i += kThreads)
-    pairs[i] = pack_half2(a.levels[i % n], a.levels[i / n]);
+  if constexpr (n > 0)
+    for (int i = threadIdx.x; i < kPairEntries<C>; i += kThreads)
+      pairs[i] = pack_half2(a.levels[i % n], a.levels[i / n]);
 }
 
 // Decodes a raw tile (rows of the codec's row_bytes(C, D), checked at launch) into k_s / v_s as f16 with the
@@ -163,8 +164,8 @@ __device__ __forceinline__ int row_pos(const PrefillArgs& a, int r) {
 
 // The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
 // as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>): 4 values per thread per step.
-template <int D, int kThreads, int kRows, class Layout = PaddedTile<D>>
-__device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+template <int D, int kThreads, int kRows, class Layout>
+__device__ __forceinline__ void stage_q_plain(const PrefillArgs& a, int h, int r_block, __half* q_s) {
   constexpr float kLog2e = 1.4426950408889634f;
   const float qs = rsqrtf(float(D)) * kLog2e;
   for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
@@ -173,6 +174,73 @@ __device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block
     *reinterpret_cast<uint2*>(q_s + Layout::at(r, d0 / 8) + d0 % 8) =
         make_uint2(pack_half2(x.x * qs, x.y * qs), pack_half2(x.z * qs, x.w * qs));
   }
+}
+
+// The rotation R = H diag(signs) / sqrt(D) of v, D values spread over a warp, kPer consecutive ones per lane
+// (lane l holds values kPer l ..): the fast Walsh-Hadamard steps of kv/rotation.cpp in the same order, so the
+// results are those of the separate rotation kernel it replaces, bit for bit. Butterflies within a lane first,
+// then across lanes by shuffles.
+template <int D>
+__device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* signs, int lane) {
+  constexpr int kPer = D / 32;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) v[k] *= __ldg(signs + kPer * lane + k);
+#pragma unroll
+  for (int len = 1; len < kPer; len <<= 1)
+#pragma unroll
+    for (int k = 0; k < kPer; ++k)
+      if (!(k & len)) {
+        const float x = v[k], y = v[k + len];
+        v[k] = x + y;
+        v[k + len] = x - y;
+      }
+#pragma unroll
+  for (int m = 1; m < 32; m <<= 1) {
+    const bool upper = lane & m;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const float other = __shfl_xor_sync(0xffffffffu, v[k], m);
+      v[k] = upper ? other - v[k] : v[k] + other;
+    }
+  }
+  const float n = rsqrtf(float(D));
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) v[k] *= n;
+}
+
+// As stage_q_plain, rotating each row first (rotated codecs): one warp per row.
+template <int D, int kThreads, int kRows, class Layout>
+__device__ __forceinline__ void stage_q_rotated(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int kPer = D / 32;
+  static_assert(kPer == 2 || kPer == 4);
+  const float qs = rsqrtf(float(D)) * kLog2e;
+  const int lane = threadIdx.x % 32, d0 = kPer * lane;
+  for (int r = threadIdx.x / 32; r < kRows; r += kThreads / 32) {
+    const float* x = a.q + row_offset(a, h, r_block + r, D) + d0;
+    float v[kPer];
+    if constexpr (kPer == 4) {
+      const float4 x4 = *reinterpret_cast<const float4*>(x);
+      v[0] = x4.x, v[1] = x4.y, v[2] = x4.z, v[3] = x4.w;
+    } else {
+      const float2 x2 = *reinterpret_cast<const float2*>(x);
+      v[0] = x2.x, v[1] = x2.y;
+    }
+    rotate_warp<D>(v, a.signs, lane);
+    __half* dst = q_s + Layout::at(r, d0 / 8) + d0 % 8;
+    if constexpr (kPer == 4)
+      *reinterpret_cast<uint2*>(dst) = make_uint2(pack_half2(v[0] * qs, v[1] * qs), pack_half2(v[2] * qs, v[3] * qs));
+    else
+      *reinterpret_cast<uint32_t*>(dst) = pack_half2(v[0] * qs, v[1] * qs);
+  }
+}
+
+template <int D, int kThreads, int kRows, class Layout = PaddedTile<D>>
+__device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+  if (a.signs)
+    stage_q_rotated<D, kThreads, kRows, Layout>(a, h, r_block, q_s);
+  else
+    stage_q_plain<D, kThreads, kRows, Layout>(a, h, r_block, q_s);
 }
 
 // One online-softmax step over kN keys kj.. for one warp's rows g and g + 8 (positions pa, pb): scores s (base 2,
@@ -213,12 +281,67 @@ __device__ __forceinline__ void softmax_step(float (&s)[kN / 8][4], int kj, int 
   }
 }
 
-// o / l of one warp's rows ra and ra + 8 into a.out, or rounded into a.out16 (rows past the chunk are not stored).
+// The inverse rotation (kv/rotation.cpp: H, then diag(signs) / sqrt(D)) of one warp's output rows g and g + 8,
+// in C fragments: dims dn*8 + 2c + e (c = lane % 4). The butterflies over bit 0 of a dim are within a lane's pair,
+// over bits 1-2 across the quad's lanes, over bits 3.. across dn; each in kv/rotation.cpp's order of steps.
 template <int D>
-__device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, int c, const float (&o)[D / 8][4],
+__device__ __forceinline__ void unrotate_rows(float (&o)[D / 8][4], const float* signs, int c) {
+#pragma unroll
+  for (int len = 1; len < D; len <<= 1) {
+    if (len == 1) {
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; e += 2) {
+          const float x = o[dn][e], y = o[dn][e + 1];
+          o[dn][e] = x + y;
+          o[dn][e + 1] = x - y;
+        }
+    } else if (len < 8) {
+      const int m = len / 2;  // lane bit of the quad
+      const bool upper = c & m;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+        for (int e = 0; e < 4; ++e) {
+          const float other = __shfl_xor_sync(0xffffffffu, o[dn][e], m);
+          o[dn][e] = upper ? other - o[dn][e] : o[dn][e] + other;
+        }
+    } else {
+      const int m = len / 8;
+#pragma unroll
+      for (int dn = 0; dn < D / 8; ++dn)
+        if (!(dn & m))
+#pragma unroll
+          for (int e = 0; e < 4; ++e) {
+            const float x = o[dn][e], y = o[dn + m][e];
+            o[dn][e] = x + y;
+            o[dn + m][e] = x - y;
+          }
+    }
+  }
+  const float n = rsqrtf(float(D));
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn)
+#pragma unroll
+    for (int e = 0; e < 4; ++e) o[dn][e] = o[dn][e] * n * __ldg(signs + dn * 8 + 2 * c + (e & 1));
+}
+
+// o / l of one warp's rows ra and ra + 8 (rotated back for rotated codecs) into a.out, or rounded into a.out16
+// (rows past the chunk are not stored).
+template <int D>
+__device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, int c, float (&o)[D / 8][4],
                                            float la, float lb) {
   quad_sum(la, lb);
   const float ia = 1.0f / la, ib = 1.0f / lb;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    o[dn][0] *= ia;
+    o[dn][1] *= ia;
+    o[dn][2] *= ib;
+    o[dn][3] *= ib;
+  }
+  if (a.signs) unrotate_rows<D>(o, a.signs, c);
   const int rb = ra + 8, n_rows = a.n_tok * a.n_rep;
   const bool sa = ra < n_rows, sb = rb < n_rows;
   const size_t at = sa ? row_offset(a, h, ra, D) : 0, bt = sb ? row_offset(a, h, rb, D) : 0;
@@ -231,8 +354,8 @@ __device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, 
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) {
     const int d0 = dn * 8 + 2 * c;
-    if (sa) put(at + d0, o[dn][0] * ia, o[dn][1] * ia);
-    if (sb) put(bt + d0, o[dn][2] * ib, o[dn][3] * ib);
+    if (sa) put(at + d0, o[dn][0], o[dn][1]);
+    if (sb) put(bt + d0, o[dn][2], o[dn][3]);
   }
 }
 
