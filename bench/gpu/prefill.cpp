@@ -138,13 +138,15 @@ GemmTimes gemm_times(const cuda::CudaBackend& b, int mb, int length, cudaStream_
 int run(int argc, char** argv) {
   CLI::App app{"Prefill TTFT on the CUDA device vs the FLOP floor"};
   std::string model_path, codecs = "f32,f16,bf16,fp8,q8,q4,q4r,tq4,tq3", json, label;
-  int length = 32768, reps = 1;
+  int length = 32768, reps = 1, chunk = 0;
   app.add_option("-m,--model", model_path, "GGUF model")->required()->check(CLI::ExistingFile);
   app.add_option("--codecs", codecs, "KV codecs");
   app.add_option("--length", length, "prompt tokens")->check(CLI::Range(2, 1 << 20));
   app.add_option("--reps", reps, "timed prefills per codec (median)")->check(CLI::Range(1, 100));
   app.add_option("--label", label, "weights label for the table (default: the first layer's type)");
   app.add_option("--json", json, "append one JSON line per row to this file");
+  app.add_option("--chunk", chunk, "prompt rows per prefill chunk (default: the decoder's)")
+      ->check(CLI::Range(1, cuda::CudaDecoder::kMaxBatch));
   CLI11_PARSE(app, argc, argv);
 
   auto model = Model::load(model_path);
@@ -161,6 +163,7 @@ int run(int argc, char** argv) {
               "reaches here (8192^3 bf16)\n",
               cuda::device_summary().c_str(), model_path.c_str(), c.n_layers, P / 1e9, length, flop / 1e12,
               attn_flop / 1e12, floor_s, floor_meas, measured / 1e12);
+  std::printf("prefill chunk: %d rows\n", chunk > 0 ? chunk : cuda::CudaDecoder::kMaxBatch);
   std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
               "x cuBLAS", "attn s", "attn TF/s");
   {
@@ -179,7 +182,8 @@ int run(int argc, char** argv) {
   for (const std::string& codec : split(codecs)) {
     auto dec = backend.decoder(parse_kv_spec(codec), length + 8, 0);
     auto* cd = static_cast<cuda::CudaDecoder*>(dec.get());
-    const int mb = dec->max_batch();
+    if (chunk > 0) cd->set_prefill_chunk(chunk);
+    const int mb = cd->prefill_chunk();
     auto prefill = [&](int n) {
       dec->reset();
       for (int p = 0; p < n; p += mb) dec->eval(toks.data() + p, std::min(mb, n - p), logits.data());
@@ -213,9 +217,9 @@ int run(int argc, char** argv) {
     if (jf)
       jf << fmt::format(R"({{"bench":"prefill","weights":"{}","kv":"{}","prompt":{},"ttft_s":{:.4f},)"
                         R"("floor_s":{:.4f},"x_floor":{:.3f},"cublas_tflops":{:.1f},"attn_s":{:.4f},)"
-                        R"("attn_tflops":{:.1f},"reps":{},"min_s":{:.4f},"max_s":{:.4f}}})",
+                        R"("attn_tflops":{:.1f},"reps":{},"min_s":{:.4f},"max_s":{:.4f},"chunk":{}}})",
                         label, codec, length, ttft, floor_s, ttft / floor_s, measured / 1e12, attn_s,
-                        attn_flop / attn_s / 1e12, reps, s.front(), s.back())
+                        attn_flop / attn_s / 1e12, reps, s.front(), s.back(), mb)
          << "\n";
   }
   std::printf("device peak %.2f GiB (weights + KV pages + activations + prefill scratch)\n",
