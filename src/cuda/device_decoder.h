@@ -20,7 +20,7 @@ class CudaDecoder : public DeviceDecoder {
  public:
   // Tokens per eval(). Several tokens go through the layers together (batched prefill: cuBLAS GEMMs and
   // tensor-core attention over the pages) in chunks of prefill_chunk() rows, which bounds the activations.
-  static constexpr int kMaxBatch = 8192;
+  static constexpr int kMaxBatch = 4096;
 
   // reserve_bytes 0: pages for max_context tokens; otherwise that many bytes of pages, which must hold
   // max_context tokens.
