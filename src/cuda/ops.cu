@@ -97,20 +97,86 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   for (int i = threadIdx.x + K * T; i < n; i += T) emit(i, xr[i], w[i]);
 }
 
-// A single row (the decode step) spreads over up to 1024 threads of 4 values each, for latency. Many rows (the
-// prefill) take up to 256 threads of 16 values each: 1024-thread blocks, two per SM, left the loads of one
-// waiting on the other's reduction (2.3 TB/s on llama3-8b rows, H200, 2026-12-01).
-constexpr int kNormK = 4, kRowsNormK = 16;
-
-template <int K>
-unsigned norm_threads(int n) {
-  return unsigned(std::clamp((n / K + 31) / 32 * 32, 32, K == kNormK ? 1024 : 256));
+// As rmsnorm_kernel for many rows (the prefill; n a multiple of 4, no int8 codes): 16-byte loads and stores of 4
+// consecutive values, up to K4 of them per thread in registers. One thread's squares are summed in the order of its
+// values, so the sum's rounding differs from rmsnorm_kernel's (in double: far below the float mean's).
+template <int K4>
+__global__ void __launch_bounds__(256) rmsnorm_rows_kernel(float* x, const float* y, const float* w, float* out,
+                                                           int n, float eps, HalfOut h) {
+  __shared__ double part[8];
+  detail::pdl_wait();
+  detail::pdl_trigger();
+  const int T = blockDim.x, n4 = n / 4;
+  float4* xr = reinterpret_cast<float4*>(x + size_t(blockIdx.x) * n);
+  const float4* yr = y ? reinterpret_cast<const float4*>(y + size_t(blockIdx.x) * n) : nullptr;
+  const float4* w4 = reinterpret_cast<const float4*>(w);
+  auto add = [](float4 a, float4 b) { return make_float4(a.x + b.x, a.y + b.y, a.z + b.z, a.w + b.w); };
+  auto squares = [](float4 a) {
+    return double(__fmul_rn(a.x, a.x)) + double(__fmul_rn(a.y, a.y)) + double(__fmul_rn(a.z, a.z)) +
+           double(__fmul_rn(a.w, a.w));
+  };
+  float4 v[K4], wv[K4];
+  double ss = 0;
+#pragma unroll
+  for (int k = 0; k < K4; ++k) {
+    const int i = threadIdx.x + k * T;
+    v[k] = i < n4 ? (yr ? add(xr[i], yr[i]) : xr[i]) : make_float4(0, 0, 0, 0);
+    wv[k] = i < n4 ? w4[i] : make_float4(0, 0, 0, 0);
+  }
+#pragma unroll
+  for (int k = 0; k < K4; ++k) {
+    const int i = threadIdx.x + k * T;
+    if (i < n4) {
+      if (yr) xr[i] = v[k];
+      ss += squares(v[k]);
+    }
+  }
+  for (int i = threadIdx.x + K4 * T; i < n4; i += T) {  // rows wider than K4 * T * 4
+    const float4 u = yr ? add(xr[i], yr[i]) : xr[i];
+    if (yr) xr[i] = u;
+    ss += squares(u);
+  }
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  double tot = (threadIdx.x & 31) < T / 32 ? part[threadIdx.x & 31] : 0.0;
+  for (int o = 4; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+  tot = __shfl_sync(0xffffffffu, tot, 0);
+  const float mean = float(tot / n);
+  const float scale = 1.0f / sqrtf(mean + eps);
+  auto emit = [&](int i, float4 u, float4 wi) {
+    const float4 o = make_float4(__fmul_rn(__fmul_rn(u.x, scale), wi.x), __fmul_rn(__fmul_rn(u.y, scale), wi.y),
+                                 __fmul_rn(__fmul_rn(u.z, scale), wi.z), __fmul_rn(__fmul_rn(u.w, scale), wi.w));
+    if (h.p) {
+      const uint2 p = h.bf16 ? make_uint2(detail::pack_pair<true>(o.x, o.y), detail::pack_pair<true>(o.z, o.w))
+                             : make_uint2(detail::pack_pair<false>(o.x, o.y), detail::pack_pair<false>(o.z, o.w));
+      reinterpret_cast<uint2*>(h.p + size_t(blockIdx.x) * n)[i] = p;
+    } else {
+      reinterpret_cast<float4*>(out + size_t(blockIdx.x) * n)[i] = o;
+    }
+  };
+#pragma unroll
+  for (int k = 0; k < K4; ++k) {
+    const int i = threadIdx.x + k * T;
+    if (i < n4) emit(i, v[k], wv[k]);
+  }
+  for (int i = threadIdx.x + K4 * T; i < n4; i += T) emit(i, xr[i], w4[i]);
 }
 
-template <class... Args>
-cudaError_t launch_norm(int rows, int n, cudaStream_t s, Args... args) {
-  if (rows == 1) return detail::launch_pdl(rmsnorm_kernel<kNormK>, 1, norm_threads<kNormK>(n), s, args...);
-  return detail::launch_pdl(rmsnorm_kernel<kRowsNormK>, rows, norm_threads<kRowsNormK>(n), s, args...);
+// A single row (the decode step) spreads over up to 1024 threads of 4 values each, for latency. Many rows (the
+// prefill) take up to 256 threads of 4 x 4 values each: 1024-thread blocks, two per SM, left the loads of one
+// waiting on the other's reduction, and 4-byte accesses cost 4x the instructions (2.3 TB/s on llama3-8b rows,
+// H200, 2026-12-01).
+constexpr int kNormK = 4, kRowsK4 = 4;
+
+cudaError_t launch_norm(int rows, int n, cudaStream_t s, float* x, const float* y, const float* w, float* out,
+                        float eps, const detail::QuantX& q, HalfOut h) {
+  if (rows == 1 || n % 4 != 0 || q.xq) {
+    const unsigned threads = unsigned(std::clamp((n / kNormK + 31) / 32 * 32, 32, 1024));
+    return detail::launch_pdl(rmsnorm_kernel<kNormK>, rows, threads, s, x, y, w, out, n, eps, q, h);
+  }
+  const unsigned threads = unsigned(std::clamp((n / (4 * kRowsK4) + 31) / 32 * 32, 32, 256));
+  return detail::launch_pdl(rmsnorm_rows_kernel<kRowsK4>, rows, threads, s, x, y, w, out, n, eps, h);
 }
 
 __global__ void add_kernel(float* x, const float* y, int64_t n) {
@@ -202,20 +268,18 @@ cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int3
 }
 
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
-  return launch_norm(rows, n, s, const_cast<float*>(x),  // only read
-                     static_cast<const float*>(nullptr), w, out, n, eps, detail::QuantX{}, HalfOut{});
+  return launch_norm(rows, n, s, const_cast<float*>(x), nullptr, w, out, eps, {}, {});  // x only read
 }
 
 cudaError_t add_rmsnorm_half(float* x, const float* y, const float* w, void* out, int rows, int n, bool bf16,
                              float eps, cudaStream_t s) {
-  return launch_norm(rows, n, s, x, y, w, static_cast<float*>(nullptr), n, eps, detail::QuantX{},
-                     HalfOut{static_cast<uint16_t*>(out), bf16});
+  return launch_norm(rows, n, s, x, y, w, nullptr, eps, {}, HalfOut{static_cast<uint16_t*>(out), bf16});
 }
 
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s,
                         const detail::QuantX& q) {
   if (q.xq && n % 32 != 0) return cudaErrorInvalidValue;
-  return launch_norm(1, n, s, x, y, w, out, n, eps, q, HalfOut{});
+  return launch_norm(1, n, s, x, y, w, out, eps, q, {});
 }
 
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s) {
