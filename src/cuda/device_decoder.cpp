@@ -381,7 +381,7 @@ void CudaDecoder::run_chunk(int off, int n) {
   // `half` (returned), f32 in xb otherwise (nullptr returned).
   auto norm_input = [&](const float* nw, bool half, bool bf16) -> const void* {
     const float* r = std::exchange(residual, nullptr);
-    if (half) {
+    if (half && n > 1 && d % 4 == 0) {
       void* xh = G.input(n, d);
       check(ops::add_rmsnorm_half(x, r, nw, xh, n, d, bf16, eps, s), "rmsnorm");
       return xh;

@@ -27,26 +27,33 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, const int32
     out[size_t(t) * d + c] = dequant_at<T>(row, c);
 }
 
+// The block's sum of the threads' partials ss -> 1 / sqrt(mean + eps) for every thread: warp sums by shuffles, then
+// every warp sums the (at most 32) warp partials with shuffles, not a serial loop of dependent adds, and takes lane
+// 0's total, so every thread scales by the same mean. part: one slot per warp.
+__device__ __forceinline__ float block_rms_scale(double ss, int n, float eps, double* part) {
+  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
+  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
+  __syncthreads();
+  double tot = (threadIdx.x & 31) < blockDim.x / 32 ? part[threadIdx.x & 31] : 0.0;
+  for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
+  tot = __shfl_sync(0xffffffffu, tot, 0);
+  const float mean = float(tot / n);
+  return 1.0f / sqrtf(mean + eps);
+}
+
 // llama.cpp's rounding steps, as the CPU: float squares summed in double, a float mean, 1/sqrtf in float.
 // With y, x += y first (the residual add before the norm). Each thread keeps its first K values in registers
 // and issues all their loads before the first use: one row of 4096 on one block was bound by the chain of
 // dependent loads when it walked the row twice (14 us on the H200, 2026-11-30). With q, the int8 codes of
-// out for the next quantized GEMV too (warp w holds 32 consecutive values, a whole block of the codes). With h.p,
-// the output goes there as 16-bit values instead of to out.
-struct HalfOut {
-  uint16_t* p = nullptr;
-  bool bf16 = false;
-};
-
+// out for the next quantized GEMV too (warp w holds 32 consecutive values, a whole block of the codes).
 template <int K>
 __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y, const float* w, float* out, int n,
-                                                       float eps, detail::QuantX q, HalfOut h) {
+                                                       float eps, detail::QuantX q) {
   __shared__ double part[32];
   detail::pdl_wait();
   detail::pdl_trigger();  // the next GEMV's blocks may start streaming their weights (pdl.cuh)
   const int T = blockDim.x;
-  float* xr = x + size_t(blockIdx.x) * n;
-  if (y) y += size_t(blockIdx.x) * n;
+  float* xr = x + size_t(blockIdx.x) * n;  // y: one row only (a single-row launch; many rows take the rows kernel)
   float v[K], wv[K];
   double ss = 0;
 #pragma unroll
@@ -69,24 +76,11 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
     if (y) xr[i] = u = u + y[i];
     ss += double(__fmul_rn(u, u));
   }
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  // Every warp sums the (at most 32) warp partials with shuffles, not a serial loop of dependent adds, and takes
-  // lane 0's total, so every thread scales by the same mean.
-  double tot = (threadIdx.x & 31) < T / 32 ? part[threadIdx.x & 31] : 0.0;
-  for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
-  tot = __shfl_sync(0xffffffffu, tot, 0);
-  const float mean = float(tot / n);
-  const float scale = 1.0f / sqrtf(mean + eps);
-  float* orow = h.p ? nullptr : out + size_t(blockIdx.x) * n;
-  uint16_t* hrow = h.p ? h.p + size_t(blockIdx.x) * n : nullptr;
+  const float scale = block_rms_scale(ss, n, eps, part);
+  float* orow = out + size_t(blockIdx.x) * n;
   auto emit = [&](int i, float u, float wi) {  // whole warps: n and T are multiples of 32 where q is set
     const float o = __fmul_rn(__fmul_rn(u, scale), wi);
-    if (hrow)
-      hrow[i] = uint16_t(h.bf16 ? detail::pack_pair<true>(o, 0.0f) : detail::pack_pair<false>(o, 0.0f));
-    else
-      orow[i] = o;
+    orow[i] = o;
     if (q.xq) detail::quantize_x_block32(o, i & ~31, q.xq, q.xd, q.xs);
   };
 #pragma unroll
@@ -96,6 +90,12 @@ __global__ void __launch_bounds__(1024) rmsnorm_kernel(float* x, const float* y,
   }
   for (int i = threadIdx.x + K * T; i < n; i += T) emit(i, xr[i], w[i]);
 }
+
+// With h.p, the output goes there as 16-bit values (bf16 or f16, rounded to nearest even) instead of to out.
+struct HalfOut {
+  uint16_t* p = nullptr;
+  bool bf16 = false;
+};
 
 // As rmsnorm_kernel for many rows (the prefill; n a multiple of 4, no int8 codes): 16-byte loads and stores of 4
 // consecutive values, up to K4 of them per thread in registers. One thread's squares are summed in the order of its
@@ -136,14 +136,7 @@ __global__ void __launch_bounds__(256) rmsnorm_rows_kernel(float* x, const float
     if (yr) xr[i] = u;
     ss += squares(u);
   }
-  for (int o = 16; o > 0; o >>= 1) ss += __shfl_xor_sync(0xffffffffu, ss, o);
-  if ((threadIdx.x & 31) == 0) part[threadIdx.x / 32] = ss;
-  __syncthreads();
-  double tot = (threadIdx.x & 31) < T / 32 ? part[threadIdx.x & 31] : 0.0;
-  for (int o = 4; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
-  tot = __shfl_sync(0xffffffffu, tot, 0);
-  const float mean = float(tot / n);
-  const float scale = 1.0f / sqrtf(mean + eps);
+  const float scale = block_rms_scale(ss, n, eps, part);
   auto emit = [&](int i, float4 u, float4 wi) {
     const float4 o = make_float4(__fmul_rn(__fmul_rn(u.x, scale), wi.x), __fmul_rn(__fmul_rn(u.y, scale), wi.y),
                                  __fmul_rn(__fmul_rn(u.z, scale), wi.z), __fmul_rn(__fmul_rn(u.w, scale), wi.w));
@@ -172,8 +165,9 @@ constexpr int kNormK = 4, kRowsK4 = 4;
 cudaError_t launch_norm(int rows, int n, cudaStream_t s, float* x, const float* y, const float* w, float* out,
                         float eps, const detail::QuantX& q, HalfOut h) {
   if (rows == 1 || n % 4 != 0 || q.xq) {
+    if (h.p || (y && rows > 1)) return cudaErrorInvalidValue;  // the rows kernel only
     const unsigned threads = unsigned(std::clamp((n / kNormK + 31) / 32 * 32, 32, 1024));
-    return detail::launch_pdl(rmsnorm_kernel<kNormK>, rows, threads, s, x, y, w, out, n, eps, q, h);
+    return detail::launch_pdl(rmsnorm_kernel<kNormK>, rows, threads, s, x, y, w, out, n, eps, q);
   }
   const unsigned threads = unsigned(std::clamp((n / (4 * kRowsK4) + 31) / 32 * 32, 32, 256));
   return detail::launch_pdl(rmsnorm_rows_kernel<kRowsK4>, rows, threads, s, x, y, w, out, n, eps, h);

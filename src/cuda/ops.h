@@ -34,8 +34,9 @@ cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n,
 // x_in_scratch; q from detail::gemv_quant_x).
 cudaError_t add_rmsnorm(float* x, const float* y, const float* w, float* out, int n, float eps, cudaStream_t s,
                         const detail::QuantX& q = {});
-// x += y (y may be null) over rows of n, then out = x / rms(x) * w rounded to bf16 or f16 (as GemmRunner::round
-// would round the f32 norm): the prefill's residual add, norm and the products' 16-bit input in one pass.
+// x += y (y may be null) over rows (> 1) of n (a multiple of 4), then out = x / rms(x) * w rounded to bf16 or f16
+// (as GemmRunner::round would round the f32 norm): the prefill's residual add, norm and the products' 16-bit input
+// in one pass.
 cudaError_t add_rmsnorm_half(float* x, const float* y, const float* w, void* out, int rows, int n, bool bf16,
                              float eps, cudaStream_t s);
 // x += y over n values; x[r][:] += b[:] for rows of n (bias); g = silu(g) * u.
