@@ -18,6 +18,7 @@
 #include "cuda/attention_launch.h"
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
+#include "cuda/prefill_rows.cuh"
 #include "cuda/prefill_tiles.cuh"
 #include "kv/codecs/layout.h"
 

@@ -16,6 +16,7 @@
 
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
+#include "cuda/prefill_rows.cuh"
 #include "cuda/prefill_tiles.cuh"
 #include "cuda/wgmma.cuh"
 #include "kv/codecs/layout.h"

@@ -1,0 +1,146 @@
+#pragma once
+// The query-row side of the flash-prefill kernels (prefill_attention.cu: mma.sync; prefill_wgmma.cu: wgmma): where a
+// block's (position, query head) rows sit in q and out, q staged into shared memory as f16 (rotated first for the
+// rotated codecs), the online softmax over each tile's scores, and the output rows stored (rotated back, in f32 or
+// as the next product's 16-bit input). The K/V side is prefill_tiles.cuh.
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include "cuda/mma.cuh"
+#include "cuda/prefill_launch.h"
+#include "cuda/prefill_tiles.cuh"
+#include "cuda/rotate_regs.cuh"
+
+namespace kvtax::cuda::detail {
+
+// Offset of query row r (position-major in KV head h's group; rows past the chunk clamp to its last) in q / out.
+__device__ __forceinline__ size_t row_offset(const PrefillArgs& a, int h, int r, int d) {
+  r = min(r, a.n_tok * a.n_rep - 1);
+  return (size_t(r / a.n_rep) * a.n_kv_heads * a.n_rep + size_t(h) * a.n_rep + r % a.n_rep) * d;
+}
+
+// Position of query row r (rows past the chunk compute as copies of its last row and are not stored).
+__device__ __forceinline__ int row_pos(const PrefillArgs& a, int r) {
+  return a.pos0 + min(r, a.n_tok * a.n_rep - 1) / a.n_rep;
+}
+
+// The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
+// as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>): 4 values per thread per step.
+template <int D, int kThreads, int kRows, class Layout>
+__device__ __forceinline__ void stage_q_plain(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  const float qs = rsqrtf(float(D)) * kLog2e;
+  for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
+    const int r = i / (D / 4), d0 = (i % (D / 4)) * 4;
+    const float4 x = *reinterpret_cast<const float4*>(a.q + row_offset(a, h, r_block + r, D) + d0);
+    *reinterpret_cast<uint2*>(q_s + Layout::at(r, d0 / 8) + d0 % 8) =
+        make_uint2(pack_half2(x.x * qs, x.y * qs), pack_half2(x.z * qs, x.w * qs));
+  }
+}
+
+// As stage_q_plain, rotating each row first (rotated codecs): one warp per row.
+template <int D, int kThreads, int kRows, class Layout>
+__device__ __forceinline__ void stage_q_rotated(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+  constexpr float kLog2e = 1.4426950408889634f;
+  constexpr int kPer = D / 32;
+  static_assert(kPer == 2 || kPer == 4);
+  const float qs = rsqrtf(float(D)) * kLog2e;
+  const int lane = threadIdx.x % 32, d0 = kPer * lane;
+  for (int r = threadIdx.x / 32; r < kRows; r += kThreads / 32) {
+    const float* x = a.q + row_offset(a, h, r_block + r, D) + d0;
+    float v[kPer];
+    if constexpr (kPer == 4) {
+      const float4 x4 = *reinterpret_cast<const float4*>(x);
+      v[0] = x4.x, v[1] = x4.y, v[2] = x4.z, v[3] = x4.w;
+    } else {
+      const float2 x2 = *reinterpret_cast<const float2*>(x);
+      v[0] = x2.x, v[1] = x2.y;
+    }
+    rotate_warp<D>(v, a.signs, lane);
+    __half* dst = q_s + Layout::at(r, d0 / 8) + d0 % 8;
+    if constexpr (kPer == 4)
+      *reinterpret_cast<uint2*>(dst) = make_uint2(pack_half2(v[0] * qs, v[1] * qs), pack_half2(v[2] * qs, v[3] * qs));
+    else
+      *reinterpret_cast<uint32_t*>(dst) = pack_half2(v[0] * qs, v[1] * qs);
+  }
+}
+
+template <int D, int kThreads, int kRows, class Layout = PaddedTile<D>>
+__device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block, __half* q_s) {
+  if (a.signs)
+    stage_q_rotated<D, kThreads, kRows, Layout>(a, h, r_block, q_s);
+  else
+    stage_q_plain<D, kThreads, kRows, Layout>(a, h, r_block, q_s);
+}
+
+// One online-softmax step over kN keys kj.. for one warp's rows g and g + 8 (positions pa, pb): scores s (base 2,
+// C fragments) are masked where causal, the running maxima and sums (ma, mb, la, lb) and the output o rise to
+// include them, and the weights come back as f16 A fragments of P (pf[k] covers keys 16k..16k+15).
+template <int kN, int kO>
+__device__ __forceinline__ void softmax_step(float (&s)[kN / 8][4], int kj, int warp_min, int pa, int pb, int c,
+                                             float& ma, float& mb, float& la, float& lb, float (&o)[kO][4],
+                                             uint32_t (&pf)[kN / 16][4]) {
+  if (kj + kN - 1 > warp_min) {  // causal mask (also covers the zero rows past kend)
+#pragma unroll
+    for (int nt = 0; nt < kN / 8; ++nt)
+#pragma unroll
+      for (int e = 0; e < 4; ++e)
+        if (kj + nt * 8 + 2 * c + (e & 1) > (e < 2 ? pa : pb)) s[nt][e] = -INFINITY;
+  }
+  float mxa = -INFINITY, mxb = -INFINITY;
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    mxa = fmaxf(mxa, fmaxf(s[nt][0], s[nt][1]));
+    mxb = fmaxf(mxb, fmaxf(s[nt][2], s[nt][3]));
+  }
+  quad_max(mxa, mxb);
+  // Key 0 is in the first step and every row sees it, so the running maxima are finite from there on.
+  const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
+  la *= ca;
+  lb *= cb;
+  // Once the maxima settle most tiles leave them unchanged: skip the product then (warp-wide, so no divergence).
+  if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) scale_rows(o, ca, cb);
+#pragma unroll
+  for (int nt = 0; nt < kN / 8; ++nt) {
+    const float p0 = exp2_fast(s[nt][0] - ma), p1 = exp2_fast(s[nt][1] - ma);
+    const float p2 = exp2_fast(s[nt][2] - mb), p3 = exp2_fast(s[nt][3] - mb);
+    la += p0 + p1;
+    lb += p2 + p3;
+    pf[nt / 2][(nt % 2) * 2] = pack_half2(p0, p1);
+    pf[nt / 2][(nt % 2) * 2 + 1] = pack_half2(p2, p3);
+  }
+}
+
+// o / l of one warp's rows ra and ra + 8 (rotated back for rotated codecs) into a.out, or rounded into a.out16
+// (rows past the chunk are not stored).
+template <int D>
+__device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, int c, float (&o)[D / 8][4],
+                                           float la, float lb) {
+  quad_sum(la, lb);
+  const float ia = 1.0f / la, ib = 1.0f / lb;
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    o[dn][0] *= ia;
+    o[dn][1] *= ia;
+    o[dn][2] *= ib;
+    o[dn][3] *= ib;
+  }
+  if (a.signs) unrotate_rows<D>(o, a.signs, c);
+  const int rb = ra + 8, n_rows = a.n_tok * a.n_rep;
+  const bool sa = ra < n_rows, sb = rb < n_rows;
+  const size_t at = sa ? row_offset(a, h, ra, D) : 0, bt = sb ? row_offset(a, h, rb, D) : 0;
+  auto put = [&](size_t off, float x, float y) {
+    if (!a.out16)
+      *reinterpret_cast<float2*>(a.out + off) = make_float2(x, y);
+    else
+      *reinterpret_cast<uint32_t*>(a.out16 + off) = a.out_bf16 ? pack_pair<true>(x, y) : pack_pair<false>(x, y);
+  };
+#pragma unroll
+  for (int dn = 0; dn < D / 8; ++dn) {
+    const int d0 = dn * 8 + 2 * c;
+    if (sa) put(at + d0, o[dn][0], o[dn][1]);
+    if (sb) put(bt + d0, o[dn][2], o[dn][3]);
+  }
+}
+
+}  // namespace kvtax::cuda::detail
