@@ -24,12 +24,18 @@ __device__ __forceinline__ int row_pos(const PrefillArgs& a, int r) {
   return a.pos0 + min(r, a.n_tok * a.n_rep - 1) / a.n_rep;
 }
 
+// q's factor: 1 / sqrt(d) of the scores and log2 e of the base-2 softmax.
+template <int D>
+__device__ __forceinline__ float q_scale() {
+  constexpr float kLog2e = 1.4426950408889634f;
+  return rsqrtf(float(D)) * kLog2e;
+}
+
 // The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
 // as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>): 4 values per thread per step.
 template <int D, int kThreads, int kRows, class Layout>
 __device__ __forceinline__ void stage_q_plain(const PrefillArgs& a, int h, int r_block, __half* q_s) {
-  constexpr float kLog2e = 1.4426950408889634f;
-  const float qs = rsqrtf(float(D)) * kLog2e;
+  const float qs = q_scale<D>();
   for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
     const int r = i / (D / 4), d0 = (i % (D / 4)) * 4;
     const float4 x = *reinterpret_cast<const float4*>(a.q + row_offset(a, h, r_block + r, D) + d0);
@@ -41,10 +47,9 @@ __device__ __forceinline__ void stage_q_plain(const PrefillArgs& a, int h, int r
 // As stage_q_plain, rotating each row first (rotated codecs): one warp per row.
 template <int D, int kThreads, int kRows, class Layout>
 __device__ __forceinline__ void stage_q_rotated(const PrefillArgs& a, int h, int r_block, __half* q_s) {
-  constexpr float kLog2e = 1.4426950408889634f;
   constexpr int kPer = D / 32;
   static_assert(kPer == 2 || kPer == 4);
-  const float qs = rsqrtf(float(D)) * kLog2e;
+  const float qs = q_scale<D>();
   const int lane = threadIdx.x % 32, d0 = kPer * lane;
   for (int r = threadIdx.x / 32; r < kRows; r += kThreads / 32) {
     const float* x = a.q + row_offset(a, h, r_block + r, D) + d0;
