@@ -122,14 +122,7 @@ template <int D>
 __device__ __forceinline__ void store_rows(const PrefillArgs& a, int h, int ra, int c, float (&o)[D / 8][4],
                                            float la, float lb) {
   quad_sum(la, lb);
-  const float ia = 1.0f / la, ib = 1.0f / lb;
-#pragma unroll
-  for (int dn = 0; dn < D / 8; ++dn) {
-    o[dn][0] *= ia;
-    o[dn][1] *= ia;
-    o[dn][2] *= ib;
-    o[dn][3] *= ib;
-  }
+  scale_rows(o, 1.0f / la, 1.0f / lb);
   if (a.signs) unrotate_rows<D>(o, a.signs, c);
   const int rb = ra + 8, n_rows = a.n_tok * a.n_rep;
   const bool sa = ra < n_rows, sb = rb < n_rows;
