@@ -3,7 +3,7 @@
 // cache plus activations (CudaDecoder). Each token runs embed -> per layer (RMSNorm, q/k/v GEMV, bias,
 // q/k norm, RoPE, KV encode into the pages, flash-decode attention, output GEMV, residual, RMSNorm,
 // SwiGLU feed-forward, residual) -> final norm -> logits GEMV; only the logits come back to the host.
-// Prefill runs token by token through the same path.
+// Prefill runs in chunks through the batched path (cuBLAS GEMMs, tensor-core attention: CudaDecoder::run_chunk).
 #include <memory>
 #include <string>
 #include <vector>
