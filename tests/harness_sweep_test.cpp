@@ -61,8 +61,11 @@ TEST(HarnessSweep, RecordsEveryRunAndAggregates) {
   for (const auto& r : f.runs) warm += r.warmup;
   EXPECT_EQ(warm, 4);
   // Within a length the reference arm runs first and the KLD run follows the other arm.
-  for (size_t i = 0; i + 1 < f.runs.size(); ++i)
-    if (f.runs[i].kind == kKindKld) EXPECT_EQ(f.runs[i].arm, "fp8");
+  for (size_t i = 0; i + 1 < f.runs.size(); ++i) {
+    if (f.runs[i].kind == kKindKld) {
+      EXPECT_EQ(f.runs[i].arm, "fp8");
+    }
+  }
 
   const Aggregates& a = rep.aggregates;
   ASSERT_EQ(a.arms, (std::vector<std::string>{"f16", "fp8"}));
