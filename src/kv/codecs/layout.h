@@ -135,6 +135,16 @@ KVTAX_HD int tq4_code(const uint8_t* codes, int i) { return (codes[i / 2] >> (4 
 // tq3: value j (0..7) of a group of 8 takes bits 3j..3j+2 of the group's 3 little-endian bytes.
 KVTAX_HD int tq3_code(uint32_t bits24, int j) { return int((bits24 >> (3 * j)) & 7); }
 
+// tq3: the 24 code bits of unit u (values 8u..8u+7) of a row, after its f32 gain. kNc as for load_f32.
+template <bool kNc = true>
+KVTAX_HD uint32_t tq3_unit_bits(const uint8_t* row, int u) {
+  const uint8_t* p = row + 4 + 3 * u;
+#if defined(__CUDA_ARCH__)
+  if constexpr (kNc) return uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16);
+#endif
+  return uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
+}
+
 // ---- unit decode: y[0..8) = values 8u..8u+7 / returned factor. `levels` is the tq codebook
 // (16 levels for tq4, 8 for tq3), unused by the others. kNc as for load_f32 (false: row in shared memory).
 template <CodecId C, bool kNc = true>
@@ -186,13 +196,7 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
     for (int k = 0; k < 8; ++k) y[k] = levels[(w[0] >> (4 * k)) & 15];
     return load_f32<kNc>(row);
   } else if constexpr (C == CodecId::tq3) {
-    const uint8_t* p = row + 4 + 3 * u;
-#if defined(__CUDA_ARCH__)
-    const uint32_t bits = kNc ? uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16)
-                              : uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
-#else
-    const uint32_t bits = uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
-#endif
+    const uint32_t bits = tq3_unit_bits<kNc>(row, u);
     for (int k = 0; k < 8; ++k) y[k] = levels[tq3_code(bits, k)];
     return load_f32<kNc>(row);
   } else {
@@ -286,9 +290,7 @@ __device__ __forceinline__ float unit_pair_codes(const uint8_t* row, int u, uint
     load_words<1, false, kNc>(row + 4 + 4 * u, w);
     for (int k = 0; k < 4; ++k) idx[k] = (w[0] >> (8 * k)) & 0xffu;
   } else {
-    const uint8_t* p = row + 4 + 3 * u;
-    const uint32_t bits = kNc ? uint32_t(__ldg(p)) | (uint32_t(__ldg(p + 1)) << 8) | (uint32_t(__ldg(p + 2)) << 16)
-                              : uint32_t(p[0]) | (uint32_t(p[1]) << 8) | (uint32_t(p[2]) << 16);
+    const uint32_t bits = tq3_unit_bits<kNc>(row, u);
     for (int k = 0; k < 4; ++k) idx[k] = (bits >> (6 * k)) & 63u;
   }
   return load_f32<kNc>(row);
