@@ -111,11 +111,15 @@ TEST(CudaPrefill, HalfOutputIsTheRoundedFloatOutput) {
       for (bool bf16 : {false, true}) {
         h1.fill(0xff);
         h2.fill(0xff);
+        out.fill(0xff);  // NaN: an unwritten f32 output fails below instead of rounding to the poisoned halves
         if (!bf16) qd.upload(q.data(), q.size() * 4);  // once: neither call may change it
         cuda::prefill_attention(dkv.view(), qd.as<float>(), n, 0, n_heads, out.as<float>());
         cuda::check(cuda::detail::to_half(out.as<float>(), int64_t(q.size()), bf16, h1.get(), nullptr), "round");
         cuda::prefill_attention_half(dkv.view(), qd.as<float>(), n, 0, n_heads, h2.get(), bf16);
         cuda::check(cudaDeviceSynchronize(), "half output test");
+        std::vector<float> f(q.size());
+        out.download(f.data(), f.size() * 4);
+        for (float x : f) ASSERT_TRUE(std::isfinite(x)) << kv::codec(c).name << " " << kernel << ": unwritten output";
         std::vector<uint16_t> a(q.size()), b(q.size());
         h1.download(a.data(), a.size() * 2);
         h2.download(b.data(), b.size() * 2);
