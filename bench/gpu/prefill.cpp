@@ -77,25 +77,28 @@ GemmTimes gemm_times(const cuda::CudaBackend& b, int mb, int length, cudaStream_
   const ModelConfig& c = b.model().config();
   const int64_t d = c.d_model, qd = c.n_heads * c.head_dim, kvd = c.n_kv_heads * c.head_dim, ff = c.d_ff;
   const cuda::CudaBackend::Layer& w = b.layers()[0];
-  struct Call { const cuda::DeviceWeight* w; int64_t row0, rows; bool half_out; int input; };  // input 0..2
+  using Out = cuda::GemmRunner::Out;  // as the prefill writes them: wo and down add into the residual stream
+  struct Call { const cuda::DeviceWeight* w; int64_t row0, rows; Out out; int input; };  // input 0..2
   std::vector<Call> calls;
   if (w.wqkv) {
-    calls = {{w.wqkv.get(), 0, qd, false, 0}, {w.wqkv.get(), qd, kvd, false, 0}, {w.wqkv.get(), qd + kvd, kvd, false, 0}};
+    calls = {{w.wqkv.get(), 0, qd, Out::f32, 0}, {w.wqkv.get(), qd, kvd, Out::f32, 0},
+             {w.wqkv.get(), qd + kvd, kvd, Out::f32, 0}};
   } else {
-    calls = {{w.wq.get(), 0, qd, false, 0}, {w.wk.get(), 0, kvd, false, 0}, {w.wv.get(), 0, kvd, false, 0}};
+    calls = {{w.wq.get(), 0, qd, Out::f32, 0}, {w.wk.get(), 0, kvd, Out::f32, 0}, {w.wv.get(), 0, kvd, Out::f32, 0}};
   }
-  calls.push_back({w.wo.get(), 0, d, false, 1});
+  calls.push_back({w.wo.get(), 0, d, Out::add, 1});
   if (w.gate_up) {
-    calls.push_back({w.gate_up.get(), 0, 2 * ff, true, 1});
+    calls.push_back({w.gate_up.get(), 0, 2 * ff, Out::half, 1});
   } else {
-    calls.push_back({w.gate.get(), 0, ff, true, 1});
-    calls.push_back({w.up.get(), 0, ff, true, 1});
+    calls.push_back({w.gate.get(), 0, ff, Out::half, 1});
+    calls.push_back({w.up.get(), 0, ff, Out::half, 1});
   }
-  calls.push_back({w.down.get(), 0, d, false, 2});
+  calls.push_back({w.down.get(), 0, d, Out::add, 2});
   for (const Call& k : calls)
     if (k.w->type() == GgmlType::F32) return {};
   const int64_t widest = std::max(d, ff);
   cuda::Buffer x(size_t(mb) * widest * 4), y(size_t(mb) * 2 * widest * 4), h(size_t(mb) * widest * 2);
+  y.fill(0);  // wo and down add into it
   cuda::Buffer dq(size_t(cuda::GemmRunner::kDequantRows) * widest * 2);
   cuda::check(cuda::ops::fill_normal(x.as<float>(), int64_t(mb) * widest, 17, s), "x");
   const bool bf = cuda::GemmRunner::takes_bf16(*calls[0].w);  // F16 weights take f16 input, the rest bf16
@@ -114,7 +117,7 @@ GemmTimes gemm_times(const cuda::CudaBackend& b, int mb, int length, cudaStream_
       }
       for (const Call& k : calls) {
         et.start(s);
-        G.run_rounded(*k.w, k.row0, k.rows, h.get(), n, y.get(), k.rows, k.half_out);
+        G.run_rounded(*k.w, k.row0, k.rows, h.get(), n, y.get(), k.rows, k.out);
         p.gemm += et.stop_ms(s) * 1e-3;
         const GgmlType ty = k.w->type();
         if (ty == GgmlType::Q8_0 || ty == GgmlType::Q4_0 || ty == GgmlType::Q4_K) {

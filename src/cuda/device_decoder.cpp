@@ -399,7 +399,7 @@ void CudaDecoder::run_chunk(int off, int n) {
       float* dst[3] = {q, k, v};
       const bool half = same_input_type({m[0], m[1], m[2]});
       if (const void* xh = norm_input(w.attn_norm.as<float>(), half, GemmRunner::takes_bf16(*m[0]))) {
-        for (int i = 0; i < 3; ++i) G.run_rounded(*m[i], r0[i], nr[i], xh, n, dst[i], nr[i], false);
+        for (int i = 0; i < 3; ++i) G.run_rounded(*m[i], r0[i], nr[i], xh, n, dst[i], nr[i], GemmRunner::Out::f32);
       } else {
         for (int i = 0; i < 3; ++i) G.run(*m[i], r0[i], nr[i], xb, n, dst[i], nr[i]);
       }
@@ -419,12 +419,12 @@ void CudaDecoder::run_chunk(int off, int n) {
     if (w.wo->type() != GgmlType::F32) {  // att as wo's 16-bit input
       void* ah = G.input(n, qd);
       prefill_attention_half(kv, q, n, pos0, nh, ah, GemmRunner::takes_bf16(*w.wo), s);
-      G.run_rounded(*w.wo, 0, d, ah, n, y, d, false);
+      G.run_rounded(*w.wo, 0, d, ah, n, x, d, GemmRunner::Out::add);  // straight into the residual stream
     } else {
       prefill_attention(kv, q, n, pos0, nh, att, s);
       G.run(*w.wo, 0, d, att, n, y, d);
+      residual = y;
     }
-    residual = y;
     const DeviceWeight& gw = w.gate_up ? *w.gate_up : *w.gate;
     const DeviceWeight& uw = w.gate_up ? *w.gate_up : *w.up;
     const bool bf = GemmRunner::takes_bf16(gw);
@@ -433,13 +433,13 @@ void CudaDecoder::run_chunk(int off, int n) {
       // gate|up side by side as 16-bit values in g's bytes ([n][2 ff]), SwiGLU straight into the down
       // product's 16-bit input in u's bytes: the [n, d_ff] intermediates cross memory in 2 bytes, once.
       if (w.gate_up) {
-        G.run_rounded(gw, 0, 2 * int64_t(ff), xh, n, g, 2 * int64_t(ff), true);
+        G.run_rounded(gw, 0, 2 * int64_t(ff), xh, n, g, 2 * int64_t(ff), GemmRunner::Out::half);
       } else {
-        G.run_rounded(gw, 0, ff, xh, n, g, 2 * int64_t(ff), true);
-        G.run_rounded(uw, 0, ff, xh, n, reinterpret_cast<uint16_t*>(g) + ff, 2 * int64_t(ff), true);
+        G.run_rounded(gw, 0, ff, xh, n, g, 2 * int64_t(ff), GemmRunner::Out::half);
+        G.run_rounded(uw, 0, ff, xh, n, reinterpret_cast<uint16_t*>(g) + ff, 2 * int64_t(ff), GemmRunner::Out::half);
       }
       check(detail::silu_mul_half(g, n, ff, bf, u, s), "silu");
-      G.run_rounded(*w.down, 0, d, u, n, y, d, false);
+      G.run_rounded(*w.down, 0, d, u, n, x, d, GemmRunner::Out::add);
     } else {
       if (w.gate_up) {
         G.run(*w.gate_up, 0, ff, xb, n, g, ff);
@@ -450,8 +450,8 @@ void CudaDecoder::run_chunk(int off, int n) {
       }
       check(ops::silu_mul(g, u, int64_t(n) * ff, s), "silu");
       G.run(*w.down, 0, d, g, n, y, d);
+      residual = y;
     }
-    residual = y;
   }
   if (residual) check(ops::add(x, residual, int64_t(n) * d, s), "residual");
   const size_t gemm_after = gemm_->device_bytes();

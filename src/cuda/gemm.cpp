@@ -58,7 +58,7 @@ void GemmRunner::run(const DeviceWeight& w, int64_t row0, int64_t rows, const fl
                "GEMM (f32)");
     return;
   }
-  run_rounded(w, row0, rows, round(x, n, K, takes_bf16(w)), n, y, ldy, false);
+  run_rounded(w, row0, rows, round(x, n, K, takes_bf16(w)), n, y, ldy, Out::f32);
 }
 
 const void* GemmRunner::round(const float* x, int n, int64_t K, bool bf16) {
@@ -68,12 +68,13 @@ const void* GemmRunner::round(const float* x, int n, int64_t K, bool bf16) {
 }
 
 void GemmRunner::run_rounded(const DeviceWeight& w, int64_t row0, int64_t rows, const void* xh, int n, void* y,
-                             int64_t ldy, bool out_half) {
+                             int64_t ldy, Out out) {
   if (row0 < 0 || rows <= 0 || row0 + rows > w.rows() || n <= 0 || ldy < rows || w.type() == GgmlType::F32)
     fail("CUDA GEMM: rows {}..{} of a {}-row {} matrix from 16-bit input into {} columns of {} rows", row0,
          row0 + rows, w.rows(), ggml_type_name(w.type()), ldy, n);
   const int64_t K = w.cols();
-  const float one = 1.0f, zero = 0.0f;
+  const float one = 1.0f, beta = out == Out::add ? 1.0f : 0.0f;
+  const bool out_half = out == Out::half;
   const cudaDataType_t t16 = takes_bf16(w) ? CUDA_R_16BF : CUDA_R_16F;
   const cudaDataType_t ty = out_half ? t16 : CUDA_R_32F;
   const size_t y_elem = out_half ? 2 : 4;
@@ -91,7 +92,7 @@ void GemmRunner::run_rounded(const DeviceWeight& w, int64_t row0, int64_t rows, 
       wp = s;
     }
     check_blas(cublasGemmEx(H(handle_), CUBLAS_OP_T, CUBLAS_OP_N, int(m), n, int(K), &one, wp, t16, int(K), xh, t16,
-                            int(K), &zero, static_cast<uint8_t*>(y) + size_t(r) * y_elem, ty, int(ldy),
+                            int(K), &beta, static_cast<uint8_t*>(y) + size_t(r) * y_elem, ty, int(ldy),
                             CUBLAS_COMPUTE_32F, CUBLAS_GEMM_DEFAULT),
                "GEMM");
     r += m;

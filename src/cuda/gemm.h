@@ -36,10 +36,12 @@ class GemmRunner {
   // The scratch round() writes, [n][K] 16-bit values, for a caller that writes the input itself
   // (ops::add_rmsnorm_half); the same lifetime as round()'s pointer.
   void* input(int n, int64_t K) { return act(size_t(n) * K * 2); }
-  // As run(), from x already in w's 16-bit input type (xh: [n][w.cols()]); y is f32, or with out_half the
-  // same 16-bit type (the next elementwise step reads half the bytes). Not for F32 weights.
+  // What run_rounded writes into y: f32 values; values of the input's 16-bit type (the next elementwise step
+  // reads half the bytes); or f32 values added to y's own (the residual stream, with no add of its own).
+  enum class Out { f32, half, add };
+  // As run(), from x already in w's 16-bit input type (xh: [n][w.cols()]). Not for F32 weights.
   void run_rounded(const DeviceWeight& w, int64_t row0, int64_t rows, const void* xh, int n, void* y, int64_t ldy,
-                   bool out_half);
+                   Out out);
 
  private:
   void* act(size_t bytes);

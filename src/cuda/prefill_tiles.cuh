@@ -83,20 +83,24 @@ __device__ __forceinline__ uint32_t half2_bits(__half2 h) {
 
 // tq4 / tq3 decode two values per shared load from a table of f16 level pairs (kv/codecs/layout.h,
 // unit_pair_codes): 256 entries for tq4, 64 for tq3, built once per block. Looking up each level as a float,
-// then scaling and rounding it, made them the slowest codecs of the prefill by ~25% (H200, 2026-12-01); tq4's
-// lookups into 256 entries still conflict (47% of its shared-load wavefronts), tq3's into 64 much less.
+// then scaling and rounding it, made them the slowest codecs of the prefill by ~25% (H200, 2026-12-01). A single
+// copy of tq4's table conflicts on 47% of its shared-load wavefronts (the central codes are the common ones), so a
+// kernel with room keeps kCopies copies side by side: entry e of copy l at word e * kCopies + l, read by the lanes
+// l (mod kCopies). With 32 copies each lane reads its own bank.
 template <kv::CodecId C>
 constexpr int kPairEntries = kv::layout::kPairLevels<C> * kv::layout::kPairLevels<C>;
-// The table's shared array size (at least 1: a codec without one still declares it).
-template <kv::CodecId C>
-constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> : 1;
+// The table's size in words (at least 1: a codec without one still declares it).
+template <kv::CodecId C, int kCopies = 1>
+constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> * kCopies : 1;
 
-template <kv::CodecId C, int kThreads>
+template <kv::CodecId C, int kThreads, int kCopies = 1>
 __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs) {
   constexpr int n = kv::layout::kPairLevels<C>;
   if constexpr (n > 0)
-    for (int i = threadIdx.x; i < kPairEntries<C>; i += kThreads)
-      pairs[i] = pack_half2(a.levels[i % n], a.levels[i / n]);
+    for (int i = threadIdx.x; i < kPairEntries<C> * kCopies; i += kThreads) {
+      const int e = i / kCopies;
+      pairs[i] = pack_half2(a.levels[e % n], a.levels[e / n]);
+    }
 }
 
 // Decodes a raw tile (rows of the codec's row_bytes(C, D), checked at launch) into k_s / v_s as f16 with the
@@ -105,7 +109,7 @@ __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs
 // unit, its swizzled place in a row and every offset are then compile-time steps from one base, where a generic
 // index walk spent more instructions on divisions and swizzle arithmetic than on the decode (ncu, H200,
 // 2026-12-01: ~60 instructions per 8 fp8 values).
-template <kv::CodecId C, int D, int kThreads, class Layout>
+template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend, const uint32_t* pairs,
                                             __half* k_s, __half* v_s) {
   namespace layout = kv::layout;
@@ -115,6 +119,7 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
   static_assert(kThreads % kUnits == 0 && kTotal % kThreads == 0 && kTile % kRowStep == 0 && kRowStep % 8 == 0);
   const unsigned t = threadIdx.x % kThreads, u = t % kUnits, row0 = t / kUnits;
   const uint8_t* src = raw + row0 * kRowBytes;
+  const uint32_t* pairs_l = pairs + threadIdx.x % kCopies;  // this lane's copy of the pair table
   const int at0 = Layout::at(int(row0), int(u));
 #pragma unroll
   for (int j = 0; j < kTotal / kThreads; ++j) {
@@ -135,10 +140,10 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
       uint32_t idx[4];
       const float f = layout::unit_pair_codes<C, /*kNc=*/false>(src + jr * kRowBytes, int(u), idx);
       const __half2 f2 = __float2half2_rn(live ? f : 0.0f);
-      p.x = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[0]]), f2));
-      p.y = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[1]]), f2));
-      p.z = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[2]]), f2));
-      p.w = half2_bits(__hmul2(layout::bits_as_half2(pairs[idx[3]]), f2));
+      p.x = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[0] * kCopies]), f2));
+      p.y = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[1] * kCopies]), f2));
+      p.z = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[2] * kCopies]), f2));
+      p.w = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[3] * kCopies]), f2));
     } else {  // bf16, f32
       float y[8];
       const float f = layout::unit_decode<C, /*kNc=*/false>(src + jr * kRowBytes, D, int(u), nullptr, y);

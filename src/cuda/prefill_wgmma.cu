@@ -54,7 +54,11 @@ struct WsSmem {
   static constexpr size_t tile = 2 * Tile::kBytes;
   static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
   static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
-  static constexpr size_t total = raw_at + 2 * raw + 1024;  // + alignment slack
+  // The pair table (tq4, tq3; prefill_tiles.cuh). tq4 takes one copy per lane: attention at 32k 0.746 -> 0.719 s
+  // (H200, 2026-12-01). tq3's 64 entries conflict less, and 32 copies made it slower (0.700 -> 0.737 s).
+  static constexpr int kPairCopies = C == CodecId::tq4 ? 32 : 1;
+  static constexpr size_t pairs_at = raw_at + 2 * raw, pairs = size_t(kPairEntries<C>) * kPairCopies * 4;
+  static constexpr size_t total = pairs_at + pairs + 1024;  // + alignment slack
 };
 
 template <CodecId C, int D>
@@ -68,7 +72,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   auto tile = [&](int t) { return reinterpret_cast<__half*>(smem + (t % kStages) * M::tile); };
   auto raw = [&](int t) { return smem + M::raw_at + (t & 1) * M::raw; };
   __half* q_s = reinterpret_cast<__half*>(smem + M::q_at);
-  __shared__ uint32_t pairs[kPairSlots<C>];
+  uint32_t* pairs = reinterpret_cast<uint32_t*>(smem + M::pairs_at);
   __shared__ __align__(8) uint64_t bars[2 * kStages + 2];  // full[stages], empty[stages], raw_full[2]
   auto full = [&](int t) { return smem_addr(&bars[t % kStages]); };
   auto empty = [&](int t) { return smem_addr(&bars[kStages + t % kStages]); };
@@ -81,7 +85,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
   const int kend = row_pos(a, r_block + kRows - 1) + 1, n_tiles = (kend + kKeys - 1) / kKeys;
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
-  fill_pairs<C, kWsThreads>(a, pairs);
+  fill_pairs<C, kWsThreads, M::kPairCopies>(a, pairs);
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
       mbar_init(full(i), kProducers);
@@ -126,7 +130,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
         }
       } else {
         mbar_wait(raw_full(t), (t / 2) & 1);
-        decode_tile<C, D, kProducers, L>(raw(t), t * kTile, kend, pairs, tile(t), tile(t) + kTile * D);
+        decode_tile<C, D, kProducers, L, M::kPairCopies>(raw(t), t * kTile, kend, pairs, tile(t), tile(t) + kTile * D);
         fence_proxy_async();
         mbar_arrive(full(t));
         bar_sync<kProducers>(3);  // every producer thread is done reading raw(t)

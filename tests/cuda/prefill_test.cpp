@@ -194,8 +194,9 @@ TEST(CudaGemm, EveryTypeMatchesReference) {
 }
 
 // The prefill's 16-bit path: one rounding of x shared by several products (run_rounded), outputs written as
-// 16-bit values side by side (gate|up), then SwiGLU from and to 16 bits. Each vs float64 over the stored
-// weights and the unrounded x; bounds add one 16-bit rounding of the output to the GEMM test's.
+// 16-bit values side by side (gate|up), then SwiGLU from and to 16 bits, and a product added into f32 values
+// already there (the residual stream). Each vs float64 over the stored weights and the unrounded x; bounds add
+// one 16-bit rounding of the output to the GEMM test's.
 TEST(CudaGemm, RoundedInputHalfOutputAndSwiGluMatchReference) {
   REQUIRE_GPU();
   const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q4_K};
@@ -215,30 +216,41 @@ TEST(CudaGemm, RoundedInputHalfOutputAndSwiGluMatchReference) {
     const bool bf = cuda::GemmRunner::takes_bf16(w);
     EXPECT_EQ(bf, t != GgmlType::F16);
     cuda::Buffer xd(x.size() * 4), gu(size_t(n) * 2 * ff * 2), h(size_t(n) * ff * 2), yf(size_t(n) * ff * 4);
+    auto base = random_normal(size_t(n) * ff, seed++);  // the residual the up rows are added into,
+    for (float& v : base) v *= 16;  // as large as a product (a sum of 256 products of two N(0, 1) values)
+    cuda::Buffer ya(base.size() * 4);
+    ya.upload(base.data(), base.size() * 4);
     xd.upload(x.data(), x.size() * 4);
     gu.fill(0xff);  // NaN as f16 and as bf16
     h.fill(0xff);
     yf.fill(0xff);
     const void* xh = gemm.round(xd.as<float>(), n, cols, bf);
-    gemm.run_rounded(w, 0, 2 * ff, xh, n, gu.get(), 2 * ff, true);  // gate|up in one product, 16-bit out
-    gemm.run_rounded(w, ff, ff, xh, n, yf.get(), ff, false);          // the up rows again, f32 out
+    using Out = cuda::GemmRunner::Out;
+    gemm.run_rounded(w, 0, 2 * ff, xh, n, gu.get(), 2 * ff, Out::half);  // gate|up in one product, 16-bit out
+    gemm.run_rounded(w, ff, ff, xh, n, yf.get(), ff, Out::f32);          // the up rows again, f32 out
+    gemm.run_rounded(w, ff, ff, xh, n, ya.get(), ff, Out::add);          // and added into base
     cuda::check(cuda::detail::silu_mul_half(gu.get(), n, int(ff), bf, h.get(), nullptr), "silu");
     cuda::check(cudaDeviceSynchronize(), "half path test");
     std::vector<uint16_t> g16(size_t(n) * 2 * ff), h16(size_t(n) * ff);
-    std::vector<float> y32(size_t(n) * ff);
+    std::vector<float> y32(size_t(n) * ff), yadd(base.size());
+    ya.download(yadd.data(), yadd.size() * 4);
     gu.download(g16.data(), g16.size() * 2);
     h.download(h16.data(), h16.size() * 2);
     yf.download(y32.data(), y32.size() * 4);
     auto to_f = [&](uint16_t v) { return bf ? bf16_to_f32(v) : f16_to_f32(v); };
-    std::vector<float> got_gu, got_up, got_h, want_h;
-    std::vector<double> ref_gu, ref_up;
+    std::vector<float> got_gu, got_up, got_h, want_h, got_add;
+    std::vector<double> ref_gu, ref_up, ref_add;
     for (int i = 0; i < n; ++i) {
       for (int64_t r = 0; r < 2 * ff; ++r) {
         double a = 0;
         for (int64_t j = 0; j < cols; ++j) a += double(wd[size_t(r * cols + j)]) * x[size_t(i * cols + j)];
         ref_gu.push_back(a);
         got_gu.push_back(to_f(g16[size_t(i * 2 * ff + r)]));
-        if (r >= ff) ref_up.push_back(a), got_up.push_back(y32[size_t(i * ff + r - ff)]);
+        if (r >= ff) {
+          const size_t k = size_t(i * ff + r - ff);
+          ref_up.push_back(a), got_up.push_back(y32[k]);
+          ref_add.push_back(a + base[k]), got_add.push_back(yadd[k]);
+        }
       }
       for (int64_t r = 0; r < ff; ++r) {  // SwiGLU of the device's own 16-bit gate and up values
         const float g = to_f(g16[size_t(i * 2 * ff + r)]), u = to_f(g16[size_t(i * 2 * ff + ff + r)]);
@@ -251,6 +263,9 @@ TEST(CudaGemm, RoundedInputHalfOutputAndSwiGluMatchReference) {
     for (float v : got_h) ASSERT_TRUE(std::isfinite(v)) << ggml_type_name(t) << ": unwritten SwiGLU";
     EXPECT_LE(rel_l2(got_gu, ref_gu), t == GgmlType::F16 ? 2e-3 : 8e-3) << ggml_type_name(t);
     EXPECT_LE(rel_l2(got_up, ref_up), t == GgmlType::F16 ? 1.5e-3 : 6e-3) << ggml_type_name(t);
+    // Neither term dominates the sum, so an add that dropped base, or wrote the product alone, misses this bound
+    // by orders of magnitude.
+    EXPECT_LE(rel_l2(got_add, ref_add), t == GgmlType::F16 ? 1.5e-3 : 6e-3) << ggml_type_name(t);
     // One rounding of the product; exp may differ from the host's by an ulp or two.
     double e = 0, m = 0;
     for (size_t i = 0; i < want_h.size(); ++i) e += double(got_h[i] - want_h[i]) * (got_h[i] - want_h[i]), m += double(want_h[i]) * want_h[i];
