@@ -8,6 +8,7 @@
 #include "cuda/kv_encode_launch.h"
 #include "cuda/pdl.cuh"
 #include "cuda/rope.cuh"
+#include "cuda/rotate_regs.cuh"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda::detail {
@@ -19,6 +20,12 @@ constexpr int kWarps = 4, kMaxD = 256, kMaxRow = kMaxD * 4 + 16;
 
 __device__ __forceinline__ float warp_max(float v) {
   for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
+  return v;
+}
+
+// The 32 lanes' sums added as tq.cpp's warp_order_sum does: a butterfly, each pair's sum the same on both lanes.
+__device__ __forceinline__ double warp_sum_ordered(double v) {
+  for (int o = 16; o > 0; o >>= 1) v = __dadd_rn(v, __shfl_xor_sync(0xffffffffu, v, o));
   return v;
 }
 
@@ -47,10 +54,30 @@ __device__ uint8_t f2e4m3(float x) {  // kv/codecs/fp8.cpp's f32_to_e4m3
 
 __device__ __forceinline__ bool finite(float v) { return isfinite(v); }
 
+// rotation.cpp's rotate() of x (D floats in shared memory) in registers, D / 32 values per lane (rotate_regs.cuh:
+// the same steps in the same order). The butterflies through shared memory, a warp barrier per step, made the
+// rotated codecs' prefill encode 2.5x fp8's (H200, 2026-12-01).
+template <int D>
+__device__ __forceinline__ void rotate_row(float* x, const float* signs, int lane) {
+  constexpr int kPer = D / 32;
+  float v[kPer];
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) v[k] = x[kPer * lane + k];
+  rotate_warp<D>(v, signs, lane, 1.0f / sqrtf(float(D)));
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) x[kPer * lane + k] = v[k];
+  __syncwarp();
+}
+
 // x (d floats in shared memory) -> row bytes in shared memory. All 32 lanes call it.
 __device__ void encode_row(CodecId c, int d, float* x, uint8_t* row, uint8_t* codes, const EncodeTables& t) {
   const int lane = threadIdx.x & 31;
-  if (c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3) {  // rotation.cpp's rotate()
+  const bool rotated = c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3;
+  if (rotated && d == 128) {
+    rotate_row<128>(x, t.signs, lane);
+  } else if (rotated && d == 64) {
+    rotate_row<64>(x, t.signs, lane);
+  } else if (rotated) {  // rotation.cpp's rotate()
     for (int i = lane; i < d; i += 32) x[i] = __fmul_rn(x[i], t.signs[i]);
     __syncwarp();
     for (int len = 1; len < d; len <<= 1) {
@@ -128,44 +155,36 @@ __device__ void encode_row(CodecId c, int d, float* x, uint8_t* row, uint8_t* co
       break;
     }
     case CodecId::tq4:
-    case CodecId::tq3: {
+    case CodecId::tq3: {  // kv/codecs/tq.cpp's encode_codes, its sums in the same order (warp_order_sum)
       const int K = c == CodecId::tq4 ? 16 : 8;
-      __shared__ double gain_s[kWarps];
-      __shared__ float unit_s[kWarps];
-      const int w = threadIdx.x / 32;
-      if (lane == 0) {  // the CPU's sequential double sum
-        double n2 = 0;
-        for (int i = 0; i < d; ++i)
-          if (finite(x[i])) n2 = __dadd_rn(n2, __dmul_rn(double(x[i]), double(x[i])));  // no FMA: the CPU rounds twice
-        gain_s[w] = n2;
-        unit_s[w] = n2 > 0 && isfinite(n2) ? float(sqrt(double(d)) / sqrt(n2)) : 0.0f;
-      }
-      __syncwarp();
-      const double n2 = gain_s[w];
+      // The thresholds in registers (past the last one: +inf, never crossed) and level k in lane k: a code is 15
+      // compares and a level one shuffle, where loads from the tables made every value a chain of them.
+      float thr[15];
+#pragma unroll
+      for (int k = 0; k < 15; ++k) thr[k] = k + 1 < K ? t.thresholds[k] : INFINITY;
+      const float lane_level = t.levels[lane % K];
+      double n2 = 0;
+      for (int i = lane; i < d; i += 32)
+        if (finite(x[i])) n2 = __dadd_rn(n2, __dmul_rn(double(x[i]), double(x[i])));
+      n2 = warp_sum_ordered(n2);
       const bool zero = !(n2 > 0) || !isfinite(n2);
-      const float to_unit = unit_s[w];
+      const float to_unit = zero ? 0.0f : float(sqrt(double(d)) / sqrt(n2));
+      double c2 = 0;
       for (int i = lane; i < d; i += 32) {
         int code = K / 2;
         if (!zero) {
           const float u = finite(x[i]) ? __fmul_rn(x[i], to_unit) : 0.0f;
           code = 0;
-          for (int k = 0; k + 1 < K; ++k) code += u > t.thresholds[k];
+#pragma unroll
+          for (int k = 0; k < 15; ++k) code += u > thr[k];
         }
         codes[i] = uint8_t(code);
+        const double l = __shfl_sync(0xffffffffu, lane_level, code);
+        c2 = __dadd_rn(c2, __dmul_rn(l, l));
       }
+      c2 = warp_sum_ordered(c2);
       __syncwarp();
-      if (lane == 0) {
-        float g = 0.0f;
-        if (!zero) {
-          double c2 = 0;
-          for (int i = 0; i < d; ++i) {
-            const double l = t.levels[codes[i]];
-            c2 = __dadd_rn(c2, __dmul_rn(l, l));
-          }
-          g = float(sqrt(n2) / sqrt(c2));
-        }
-        *reinterpret_cast<float*>(row) = g;
-      }
+      if (lane == 0) *reinterpret_cast<float*>(row) = zero ? 0.0f : float(sqrt(n2) / sqrt(c2));
       if (c == CodecId::tq4) {
         for (int i = 2 * lane; i < d; i += 64) row[4 + i / 2] = uint8_t(codes[i] | (codes[i + 1] << 4));
       } else {

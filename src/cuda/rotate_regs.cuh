@@ -10,9 +10,10 @@ namespace kvtax::cuda::detail {
 // The rotation R = H diag(signs) / sqrt(D) of v, D values spread over a warp, kPer consecutive ones per lane
 // (lane l holds values kPer l ..): the fast Walsh-Hadamard steps of kv/rotation.cpp in the same order, so the
 // results are those of the separate rotation kernel it replaces, bit for bit. Butterflies within a lane first,
-// then across lanes by shuffles.
+// then across lanes by shuffles. n is the final factor: the KV encoder passes kv/rotation.cpp's 1 / sqrt(D).
 template <int D>
-__device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* signs, int lane) {
+__device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* signs, int lane,
+                                            float n = rsqrtf(float(D))) {
   constexpr int kPer = D / 32;
 #pragma unroll
   for (int k = 0; k < kPer; ++k) v[k] *= __ldg(signs + kPer * lane + k);
@@ -34,7 +35,6 @@ __device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* sig
       v[k] = upper ? other - v[k] : v[k] + other;
     }
   }
-  const float n = rsqrtf(float(D));
 #pragma unroll
   for (int k = 0; k < kPer; ++k) v[k] *= n;
 }
