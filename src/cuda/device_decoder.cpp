@@ -79,12 +79,17 @@ void CudaDecoder::init() {
   x_ = f32(d); xb_ = f32(d); xb2_ = f32(d);
   qkv_ = f32(qd + 2 * kvd); att_ = f32(qd); gu_ = f32(2 * ff); logits_ = f32(c.n_vocab);
   gemv_scratch_ = Buffer(gemv_scratch_bytes(int64_t(cols)));
+  norm_scratch_ = Buffer(gemv_scratch_bytes(int64_t(d)));
+  ss_part_ = Buffer((d + 31) / 32 * 8);
+  fused_norm_ = d % 32 == 0;
+  if (const char* f = std::getenv("KVTAX_FUSED_NORM")) fused_norm_ = fused_norm_ && std::string(f) != "0";
   attn_scratch_ = Buffer(decode_scratch_bytes(view(0, 1), int(c.n_heads)));
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_.assign(3 * kMaxBatch, 0);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
-  for (const Buffer* p : {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &attn_scratch_, &io_})
+  for (const Buffer* p :
+       {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_})
     scratch_bytes_ += p->bytes();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   b_.account(table_.bytes() + scratch_bytes_, 0);
@@ -257,22 +262,41 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   float *q = qkv_.as<float>(), *k = q + size_t(nh) * hd, *v = k + size_t(nkv) * hd;
   float *gate = gu_.as<float>(), *up = gate + ff;
   void* gs = gemv_scratch_.get();
+  void* ns = norm_scratch_.get();
+  double* ss = ss_part_.as<double>();
   const int32_t* id = io_.as<int32_t>() + t;
   const int* pos = io_.as<int32_t>() + kMaxBatch + t;
   const int* len = io_.as<int32_t>() + 2 * kMaxBatch + t;
 
   // The residual add and the norm before the GEMVs that read xb; when one of them quantizes x, the norm also
-  // writes x's int8 codes into the GEMV scratch, and those GEMVs skip their own pass over x.
+  // writes x's int8 codes into the norm scratch, and those GEMVs skip their own pass over x. Fused (fused_norm_),
+  // the GEMV before the norm does this in its blocks (GemvFusion::res), without the 1/rms, which the GEMVs
+  // after it apply (GemvFusion::rms_part): no one-block kernel between two GEMVs.
   using Next = std::array<const DeviceWeight*, 4>;
-  auto add_norm = [&](const float* y, const float* norm, const Next& next) {
+  auto codes_for = [](const Next& next) {
     bool codes = false;
     for (const DeviceWeight* w : next) codes |= w && gemv_quantizes_x(w->type());
-    check(ops::add_rmsnorm(x, y, norm, xb, d, eps, s, codes ? detail::gemv_quant_x(gs, d) : detail::QuantX{}),
+    return codes;
+  };
+  auto add_norm = [&](const float* y, const float* norm, const Next& next) {
+    check(ops::add_rmsnorm(x, y, norm, xb, d, eps, s, codes_for(next) ? detail::gemv_quant_x(ns, d) : detail::QuantX{}),
           "residual + norm");
   };
+  // The fusions of a GEMV that adds into the residual stream before the norm by `norm` (for `next`).
+  auto into_norm = [&](GemvFusion f, const float* norm, const Next& next) {
+    f.res = x, f.norm_w = norm, f.norm_x = xb, f.ss_part = ss;
+    f.norm_scratch = codes_for(next) ? ns : nullptr;
+    return f;
+  };
+  bool scaled = false;  // xb still lacks its norm's 1/rms (the GEMVs reading it apply it)
+  auto read_xb = [&](GemvFusion f) {
+    if (scaled) f.rms_part = ss, f.rms_n = d, f.rms_eps = eps;
+    return f;
+  };
   auto attn_in = [](const CudaBackend::Layer& w) { return Next{w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}; };
+  auto ffn_in = [](const CudaBackend::Layer& w) { return Next{w.gate_up.get(), w.gate.get(), w.up.get()}; };
   auto gemv_xb = [&](const DeviceWeight& w, float* out) {
-    gemv(w, xb, out, gs, s, GemvFusion{nullptr, gemv_quantizes_x(w.type())});
+    gemv(w, xb, out, ns, s, read_xb(GemvFusion{nullptr, gemv_quantizes_x(w.type())}));
   };
 
   const DeviceWeight& E = b_.embedding();
@@ -302,14 +326,31 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     const bool wo_codes = gemv_quantizes_x(w.wo->type());
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s,
                      wo_codes ? gs : nullptr);
-    gemv(*w.wo, att, xb2, gs, s, GemvFusion{nullptr, wo_codes});
-    add_norm(xb2, w.ffn_norm.as<float>(), Next{w.gate_up.get(), w.gate.get(), w.up.get()});
+    if (fused_norm_) {
+      gemv(*w.wo, att, nullptr, gs, s, into_norm(GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w)));
+      scaled = true;
+    } else {
+      gemv(*w.wo, att, xb2, gs, s, GemvFusion{nullptr, wo_codes});
+      add_norm(xb2, w.ffn_norm.as<float>(), ffn_in(w));
+    }
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.
     const bool down_q = gemv_quantizes_x(w.down->type());
+    // The down GEMV adds into the residual and makes the next layer's norm, fused; after the last layer, the output
+    // norm is a kernel (the logits of a step that wants none skip it).
+    const bool down_fused = fused_norm_ && l + 1 < L;
+    auto down = [&](const float* in, GemvFusion f) {
+      if (down_fused) {
+        const CudaBackend::Layer& n = layers[size_t(l + 1)];
+        gemv(*w.down, in, nullptr, gs, s, into_norm(f, n.attn_norm.as<float>(), attn_in(n)));
+      } else {
+        gemv(*w.down, in, xb2, gs, s, f);
+      }
+    };
     if (w.gate_up && !gemv_quantizes_x(w.gate_up->type())) {
-      gemv(*w.gate_up, xb, gate, gs, s, GemvFusion{nullptr, false, true});
-      gemv(*w.down, gate, xb2, gs, s);
+      gemv(*w.gate_up, xb, gate, gs, s, read_xb(GemvFusion{nullptr, false, true}));
+      scaled = false;
+      down(gate, {});
     } else {
       if (w.gate_up) {
         gemv_xb(*w.gate_up, gate);
@@ -317,16 +358,19 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
         gemv_xb(*w.gate, gate);
         gemv_xb(*w.up, up);
       }
+      scaled = false;
       if (down_q) {
-        gemv(*w.down, gate, xb2, gs, s, GemvFusion{up});
+        down(gate, GemvFusion{up});
       } else {
         check(ops::silu_mul(gate, up, ff, s), "silu");
-        gemv(*w.down, gate, xb2, gs, s);
+        down(gate, {});
       }
     }
     // The residual add and the next norm (the next layer's, or the output norm); after the last layer the
     // residual stream matters only for logits.
-    if (l + 1 < L) {
+    if (down_fused) {
+      scaled = true;
+    } else if (l + 1 < L) {
       const CudaBackend::Layer& n = layers[size_t(l + 1)];
       add_norm(xb2, n.attn_norm.as<float>(), attn_in(n));
     } else if (logits) {

@@ -85,6 +85,10 @@ class CudaDecoder : public DeviceDecoder {
   Buffer table_;                   // page table [layer][max_pages_]
   std::vector<int32_t> table_host_;
   Buffer x_, xb_, xb2_, qkv_, att_, gu_, logits_, gemv_scratch_, attn_scratch_;
+  // The normed x's int8 codes (the GEMVs after a norm read them; gemv_scratch_ holds the other inputs' codes, so a
+  // GEMV's residual epilogue never overwrites codes its own blocks still read), and its blocks' sums of squares.
+  Buffer norm_scratch_, ss_part_;
+  bool fused_norm_ = true;  // the residual adds and norms run in the wo / down GEMVs (KVTAX_FUSED_NORM=0: kernels)
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   std::vector<int32_t> io_host_;
   cudaStream_t stream_ = nullptr;

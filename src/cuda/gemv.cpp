@@ -59,6 +59,11 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
     fail("CUDA GEMV: SwiGLU pairs need float weights and an even number of rows ({} {} rows)",
          ggml_type_name(w.type()), w.rows());
   if (fuse.x_mul && fuse.x_in_scratch) fail("CUDA GEMV: x cannot be both in the scratch and multiplied");
+  if (fuse.res && (fuse.silu_pairs || w.rows() % 32 != 0 || !fuse.norm_w || !fuse.ss_part))
+    fail("CUDA GEMV: the residual epilogue needs rows in blocks of 32, norm weights and partial sums ({} rows)",
+         w.rows());
+  if (fuse.rms_part && (fuse.rms_n <= 0 || fuse.rms_n % 32 != 0))
+    fail("CUDA GEMV: the norm prologue needs a width in blocks of 32 ({})", fuse.rms_n);
   size_t xd, xs;
   detail::gemv_scratch_layout(w.cols(), &xd, &xs);
   uint8_t* s = static_cast<uint8_t*>(scratch);
@@ -76,6 +81,14 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
   a.x_mul = fuse.x_mul;
   a.x_ready = fuse.x_in_scratch;
   a.silu_pairs = fuse.silu_pairs;
+  a.res = fuse.res;
+  a.norm_w = fuse.norm_w;
+  a.norm_x = fuse.norm_x;
+  if (fuse.norm_scratch) a.norm_q = detail::gemv_quant_x(fuse.norm_scratch, w.rows());
+  a.ss_part = fuse.ss_part;
+  a.rms_part = fuse.rms_part;
+  a.rms_n = fuse.rms_n;
+  a.rms_eps = fuse.rms_eps;
   check(detail::launch_gemv(a, stream), "GEMV launch");
 }
 

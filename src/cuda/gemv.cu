@@ -56,6 +56,34 @@ __device__ __forceinline__ uint32_t load_block_u16_then(const uint8_t* blk, uint
   return off ? (w[0] >> 16) : (w[0] & 0xffff);
 }
 
+// The norm prologue (GemvArgs::rms_part): 1 / sqrtf(mean + eps) from the rms_n / 32 partial sums of squares, added
+// in one fixed order by every warp (the same double everywhere, run after run). 1 without partial sums.
+__device__ __forceinline__ float rms_scale(const GemvArgs& a) {
+  if (!a.rms_part) return 1.0f;
+  double t = 0;
+  for (int i = threadIdx.x & 31; i < a.rms_n / 32; i += 32) t += a.rms_part[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return 1.0f / sqrtf(float(t / a.rms_n) + a.rms_eps);
+}
+
+// The residual epilogue (GemvArgs::res) of a block of 32 rows, their products in dots: the residual add, the next
+// norm's input without its 1/rms, its int8 codes, and the block's sum of squares (float squares summed in double,
+// as ops::rmsnorm). One warp, lane i on row 32 blockIdx.x + i.
+__device__ __forceinline__ void residual_epilogue(const GemvArgs& a, const float* dots) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x, r = blockIdx.x * 32 + lane;
+  const float xn = a.res[r] + dots[lane];
+  a.res[r] = xn;
+  const float xw = __fmul_rn(xn, a.norm_w[r]);
+  if (a.norm_x) a.norm_x[r] = xw;
+  if (a.norm_q.xq) quantize_x_block32(xw, blockIdx.x * 32, a.norm_q.xq, a.norm_q.xd, a.norm_q.xs);
+  double sq = double(__fmul_rn(xn, xn));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  if (lane == 0) a.ss_part[blockIdx.x] = sq;
+}
+
 // One dot product of a 16-byte chunk of weights (8 halves or 4 floats) with x[c..].
 template <GgmlType T>
 __device__ __forceinline__ float chunk_dot(const uint4 w, const float* x, int c, float acc) {
@@ -87,11 +115,14 @@ __device__ __forceinline__ float chunk_dot(const uint4 w, const float* x, int c,
 }
 
 // Float weights. PAIRS: output row r is silu(W_r x) * W_(r + rows) x (gate|up stacked, the FFN's SwiGLU in
-// the epilogue instead of a kernel of its own); both rows stream through one warp.
-template <GgmlType T, bool PAIRS>
-__global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
-  const int lane = threadIdx.x & 31, r = blockIdx.x * kRowsPerBlock + threadIdx.x / 32;
-  if (r >= a.rows) return;
+// the epilogue instead of a kernel of its own); both rows stream through one warp. RES: the residual epilogue,
+// blocks of 32 rows (one per warp).
+template <GgmlType T, bool PAIRS, bool RES>
+__global__ void __launch_bounds__(RES ? 1024 : kThreads) gemv_kernel(GemvArgs a) {
+  constexpr int kRows = RES ? 32 : kRowsPerBlock;
+  __shared__ float dots[RES ? 32 : 1];
+  const int lane = threadIdx.x & 31, r = blockIdx.x * kRows + threadIdx.x / 32;
+  if (!RES && r >= a.rows) return;  // RES: rows are whole blocks of 32
   constexpr int kPerLoad = T == GgmlType::F32 ? 4 : 8;  // values per 16-byte load
   constexpr size_t kBytes = T == GgmlType::F32 ? 4 : 2;
   const uint8_t* row = a.w + size_t(r) * a.row_bytes;
@@ -106,6 +137,7 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     }
   }
   pdl_wait();
+  const float scale = rms_scale(a);
   float acc = 0.0f, acc2 = 0.0f;
 #pragma unroll 4
   for (int c = lane * kPerLoad; c < a.cols; c += 32 * kPerLoad) {
@@ -116,10 +148,14 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
     }
     acc = chunk_dot<T>(w, a.x, c, acc);
   }
-  acc = warp_sum(acc);
+  acc = warp_sum(acc) * scale;
   if constexpr (PAIRS) {
-    acc2 = warp_sum(acc2);
+    acc2 = warp_sum(acc2) * scale;
     if (lane == 0) a.y[r] = silu_mul(acc, acc2);
+  } else if constexpr (RES) {
+    if (lane == 0) dots[threadIdx.x / 32] = acc;
+    __syncthreads();
+    residual_epilogue(a, dots);
   } else {
     if (lane == 0) a.y[r] = acc;
   }
@@ -127,17 +163,21 @@ __global__ void __launch_bounds__(kThreads) gemv_kernel(GemvArgs a) {
 
 template <GgmlType T>
 cudaError_t launch_float(const GemvArgs& a, cudaStream_t st) {
+  if (a.res) return launch_pdl(gemv_kernel<T, false, true>, a.rows / 32, 1024, st, a);
   const int grid = (a.rows + kRowsPerBlock - 1) / kRowsPerBlock;
-  return a.silu_pairs ? launch_pdl(gemv_kernel<T, true>, grid, kThreads, st, a)
-                      : launch_pdl(gemv_kernel<T, false>, grid, kThreads, st, a);
+  return a.silu_pairs ? launch_pdl(gemv_kernel<T, true, false>, grid, kThreads, st, a)
+                      : launch_pdl(gemv_kernel<T, false, false>, grid, kThreads, st, a);
 }
 
 // Quantized types: R rows per warp, so each lane's int8 x codes (loaded once per block of the row) feed R
-// rows' dot products: with one row per warp the x loads were as many bytes as the weights.
-template <GgmlType T, int R>
-__global__ void __launch_bounds__(kThreads) gemv_quant_kernel(GemvArgs a) {
-  const int lane = threadIdx.x & 31, r0 = (blockIdx.x * kRowsPerBlock + threadIdx.x / 32) * R;
-  if (r0 >= a.rows) return;
+// rows' dot products: with one row per warp the x loads were as many bytes as the weights. RES: the residual
+// epilogue, blocks of 32 rows (32 / R warps).
+template <GgmlType T, int R, bool RES>
+__global__ void __launch_bounds__(RES ? 32 * 32 / R : kThreads) gemv_quant_kernel(GemvArgs a) {
+  constexpr int kWarpsB = RES ? 32 / R : kRowsPerBlock;
+  __shared__ float dots[RES ? 32 : 1];
+  const int lane = threadIdx.x & 31, r0 = (blockIdx.x * kWarpsB + threadIdx.x / 32) * R;
+  if (!RES && r0 >= a.rows) return;  // RES: rows are whole blocks of 32
   const uint8_t* rows[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) rows[i] = a.w + size_t(min(r0 + i, a.rows - 1)) * a.row_bytes;  // tail: re-read
@@ -145,6 +185,7 @@ __global__ void __launch_bounds__(kThreads) gemv_quant_kernel(GemvArgs a) {
   for (int i = 0; i < R; ++i)
     for (size_t off = size_t(lane) * 32; off < min(a.row_bytes, size_t(2048)); off += 32 * 32) prefetch_l2(rows[i] + off);
   pdl_wait();  // x's codes come from the kernel before this one
+  const float scale = rms_scale(a);
   float acc[R];
 #pragma unroll
   for (int i = 0; i < R; ++i) acc[i] = 0.0f;
@@ -217,18 +258,33 @@ __global__ void __launch_bounds__(kThreads) gemv_quant_kernel(GemvArgs a) {
   }
 #pragma unroll
   for (int i = 0; i < R; ++i) {
-    const float v = warp_sum(acc[i]);
-    if (lane == 0 && r0 + i < a.rows) a.y[r0 + i] = v;
+    const float v = warp_sum(acc[i]) * scale;
+    if constexpr (RES) {
+      if (lane == 0) dots[(threadIdx.x / 32) * R + i] = v;
+    } else {
+      if (lane == 0 && r0 + i < a.rows) a.y[r0 + i] = v;
+    }
+  }
+  if constexpr (RES) {
+    __syncthreads();
+    residual_epilogue(a, dots);
   }
 }
 
 template <GgmlType T>
 cudaError_t launch_quant(const GemvArgs& a, int rows_per_warp, cudaStream_t st) {
+  if (a.res) {
+    switch (rows_per_warp) {
+      case 1: return launch_pdl(gemv_quant_kernel<T, 1, true>, a.rows / 32, 32 * 32, st, a);
+      case 2: return launch_pdl(gemv_quant_kernel<T, 2, true>, a.rows / 32, 32 * 16, st, a);
+      default: return launch_pdl(gemv_quant_kernel<T, 4, true>, a.rows / 32, 32 * 8, st, a);
+    }
+  }
   const int per_block = kRowsPerBlock * rows_per_warp, grid = (a.rows + per_block - 1) / per_block;
   switch (rows_per_warp) {
-    case 1: return launch_pdl(gemv_quant_kernel<T, 1>, grid, kThreads, st, a);
-    case 2: return launch_pdl(gemv_quant_kernel<T, 2>, grid, kThreads, st, a);
-    default: return launch_pdl(gemv_quant_kernel<T, 4>, grid, kThreads, st, a);
+    case 1: return launch_pdl(gemv_quant_kernel<T, 1, false>, grid, kThreads, st, a);
+    case 2: return launch_pdl(gemv_quant_kernel<T, 2, false>, grid, kThreads, st, a);
+    default: return launch_pdl(gemv_quant_kernel<T, 4, false>, grid, kThreads, st, a);
   }
 }
 

@@ -56,9 +56,25 @@ struct GemvFusion {
   // Float types, an even number of rows (gate|up stacked): y[r] = silu(W_r x) * W_(r + rows/2) x for
   // r < rows/2 (y has rows/2 values).
   bool silu_pairs = false;
+  // The residual add and the next RMS norm, spread over the GEMV's blocks (the decode step's wo and down), so no
+  // one-block norm kernel sits between two GEMVs: y is not written; res[r] += W_r x; then norm_x[r] = res[r] *
+  // norm_w[r] (the norm without its 1/rms, which the GEMVs reading norm_x apply: rms_part), its int8 codes into
+  // norm_scratch when set (for a quantized reader), and each block's sum of squares of res (32 rows, in double)
+  // into ss_part[block]. Rows must be a multiple of 32; not with silu_pairs.
+  float* res = nullptr;
+  const float* norm_w = nullptr;
+  float* norm_x = nullptr;
+  void* norm_scratch = nullptr;
+  double* ss_part = nullptr;
+  // A GEMV reading such an x: y scaled by the norm's 1 / sqrtf(mean + eps), the mean over rms_n values from the
+  // rms_n / 32 sums in rms_part (llama.cpp's float steps, as ops::rmsnorm).
+  const double* rms_part = nullptr;
+  int rms_n = 0;
+  float rms_eps = 0;
 };
 
-// x: device [cols] f32, y: device [rows] f32.
+// x: device [cols] f32, y: device [rows] f32. scratch: gemv_scratch_bytes(cols), where a quantized GEMV finds or
+// makes x's codes.
 void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream = nullptr,
           const GemvFusion& fuse = {});
 

@@ -11,6 +11,13 @@ namespace kvtax::cuda::detail {
 
 constexpr int kGemvPad = 64;  // bytes after the weights: the Q8_0/Q4_0 loaders read whole aligned words
 
+// Where a kernel other than the GEMV writes x's int8 codes (quantize_x.cuh) for a GEMV of `cols` columns.
+struct QuantX {
+  int8_t* xq = nullptr;
+  float* xd = nullptr;
+  float* xs = nullptr;
+};
+
 struct GemvArgs {
   GgmlType type;
   const uint8_t* w;
@@ -24,6 +31,16 @@ struct GemvArgs {
   const float* x_mul = nullptr;  // quantized types: multiply silu(x) * x_mul (the FFN's gate and up)
   bool x_ready = false;          // quantized types: xq/xd/xs already hold x's codes (the fused norm wrote them)
   bool silu_pairs = false;       // float types: y[r] = silu(W_r x) * W_(r + rows) x, r < rows
+  // Residual epilogue (gemv.h, GemvFusion::res): blocks of 32 rows; y unused.
+  float* res = nullptr;
+  const float* norm_w = nullptr;
+  float* norm_x = nullptr;
+  QuantX norm_q;
+  double* ss_part = nullptr;
+  // Norm prologue (GemvFusion::rms_part): y scaled by 1 / sqrt(sum(rms_part[0 .. rms_n / 32)) / rms_n + rms_eps).
+  const double* rms_part = nullptr;
+  int rms_n = 0;
+  float rms_eps = 0;
 };
 
 inline bool quantizes_x(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }
@@ -34,12 +51,6 @@ inline size_t gemv_scratch_layout(int64_t cols, size_t* xd_off, size_t* xs_off) 
   return *xs_off + size_t(cols / 32) * 4;
 }
 
-// Where a kernel other than the GEMV writes x's int8 codes (quantize_x.cuh) for a GEMV of `cols` columns.
-struct QuantX {
-  int8_t* xq = nullptr;
-  float* xd = nullptr;
-  float* xs = nullptr;
-};
 inline QuantX gemv_quant_x(void* scratch, int64_t cols) {
   size_t xd, xs;
   gemv_scratch_layout(cols, &xd, &xs);

@@ -231,6 +231,66 @@ TEST(CudaFused, SwigluMatchesTheSeparateKernel) {
   }
 }
 
+// The decode step's residual epilogue (GemvFusion::res: a GEMV adds its rows into the residual stream and makes the
+// next norm's input in its blocks) and the norm prologue of the GEMV after it (GemvFusion::rms_part) give what the
+// GEMV, ops::add_rmsnorm and the next GEMV give one after the other: the residual bit for bit, the next GEMV's
+// output within float rounding (its 1/rms is applied to the product instead of to x). Every producer type, float and
+// quantized readers (the quantized one over the codes the epilogue wrote), the SwiGLU pairs reader; poisoned
+// outputs and partial sums.
+TEST(CudaFused, GemvEpilogueIsTheAddAndNorm) {
+  REQUIRE_GPU();
+  uint32_t seed = 2000;
+  const int d = 1024, k = 512, m = 96;  // producer d x k; readers m x d
+  const float eps = 1e-5f;
+  for (GgmlType pt : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    cuda::DeviceWeight W1 = random_weight(pt, d, k, seed++);
+    auto r0 = random_normal(d, seed++);
+    r0[3] *= 40.0f;
+    const auto nw = random_normal(d, seed++);
+    cuda::Buffer x = upload(random_normal(k, seed++)), nwd = upload(nw), s(cuda::gemv_scratch_bytes(std::max(d, k)));
+    // Unfused: y = W1 x, then x += y and the norm (with codes), then the readers.
+    cuda::Buffer res1 = upload(r0), y(d * 4), xb1(d * 4), ns1(cuda::gemv_scratch_bytes(d));
+    cuda::gemv(W1, x.as<float>(), y.as<float>(), s.get());
+    cuda::check(cuda::ops::add_rmsnorm(res1.as<float>(), y.as<float>(), nwd.as<float>(), xb1.as<float>(), d, eps,
+                                       nullptr, cuda::detail::gemv_quant_x(ns1.get(), d)),
+                "add_rmsnorm");
+    // Fused.
+    cuda::Buffer res2 = upload(r0), xb2(d * 4), ns2(cuda::gemv_scratch_bytes(d)), ss(d / 32 * 8);
+    xb2.fill(0xff);
+    ns2.fill(0xff);
+    ss.fill(0xff);
+    cuda::GemvFusion f;
+    f.res = res2.as<float>(), f.norm_w = nwd.as<float>(), f.norm_x = xb2.as<float>(), f.norm_scratch = ns2.get();
+    f.ss_part = ss.as<double>();
+    cuda::gemv(W1, x.as<float>(), nullptr, s.get(), nullptr, f);
+    EXPECT_EQ(download(res2, d), download(res1, d)) << ggml_type_name(pt);
+    cuda::GemvFusion rms;
+    rms.rms_part = ss.as<double>(), rms.rms_n = d, rms.rms_eps = eps;
+    for (GgmlType rt : {GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_K}) {
+      const bool q = cuda::gemv_quantizes_x(rt);
+      cuda::DeviceWeight W2 = random_weight(rt, m, d, seed++);
+      cuda::Buffer z1(m * 4), z2(m * 4);
+      z2.fill(0xff);
+      cuda::GemvFusion r = rms;
+      r.x_in_scratch = q;
+      cuda::gemv(W2, xb1.as<float>(), z1.as<float>(), ns1.get(), nullptr, cuda::GemvFusion{nullptr, q});
+      cuda::gemv(W2, xb2.as<float>(), z2.as<float>(), ns2.get(), nullptr, r);
+      // A quantized reader's codes may differ where x * w / max|x * w| lands within an ulp of a rounding boundary
+      // (one such code moves an output by ~1e-3 of the largest); a wrong scale or missing codes miss by far more.
+      EXPECT_LE(max_rel_diff(download(z2, m), download(z1, m)), q ? 2e-3 : 2e-6)
+          << ggml_type_name(pt) << " -> " << ggml_type_name(rt);
+    }
+    cuda::DeviceWeight gu = random_weight(GgmlType::F16, 2 * m, d, seed++);  // SwiGLU pairs: silu(s g) * (s u)
+    cuda::Buffer z1(m * 4), z2(m * 4);
+    z2.fill(0xff);
+    cuda::GemvFusion r = rms;
+    r.silu_pairs = true;
+    cuda::gemv(gu, xb1.as<float>(), z1.as<float>(), s.get(), nullptr, cuda::GemvFusion{nullptr, false, true});
+    cuda::gemv(gu, xb2.as<float>(), z2.as<float>(), s.get(), nullptr, r);
+    EXPECT_LE(max_rel_diff(download(z2, m), download(z1, m)), 4e-6) << ggml_type_name(pt) << " -> pairs";
+  }
+}
+
 TEST(CudaFused, RejectsFusionsATypeCannotDo) {
   REQUIRE_GPU();
   cuda::DeviceWeight f = random_weight(GgmlType::F16, 6, 256, 1), q = random_weight(GgmlType::Q8_0, 6, 256, 2);
@@ -242,6 +302,12 @@ TEST(CudaFused, RejectsFusionsATypeCannotDo) {
                Error);
   EXPECT_THROW(cuda::gemv(odd, x.as<float>(), y.as<float>(), s.get(), nullptr, cuda::GemvFusion{nullptr, false, true}),
                Error);
+  cuda::GemvFusion res;  // the residual epilogue: whole blocks of 32 rows, norm weights and partial sums
+  res.res = x.as<float>(), res.norm_w = x.as<float>(), res.ss_part = reinterpret_cast<double*>(y.as<float>());
+  EXPECT_THROW(cuda::gemv(f, x.as<float>(), nullptr, s.get(), nullptr, res), Error);  // 6 rows
+  cuda::GemvFusion rms;
+  rms.rms_part = reinterpret_cast<double*>(y.as<float>()), rms.rms_n = 100;  // not a multiple of 32
+  EXPECT_THROW(cuda::gemv(f, x.as<float>(), y.as<float>(), s.get(), nullptr, rms), Error);
   EXPECT_FALSE(cuda::gemv_quantizes_x(GgmlType::BF16));
   EXPECT_TRUE(cuda::gemv_quantizes_x(GgmlType::Q4_K));
 }
