@@ -33,7 +33,9 @@ using gpu_bench::split;
 
 // The step's kernels by class, each class launched alone over every layer back to back on the decoder's stream
 // (as the step launches them: the same matrices, shapes and fusions), captured into a CUDA graph and replayed,
-// median of 5; ms per step. Every layer's matrices are distinct, so each GEMV reads its weights from memory as
+// median of 5; ms per step. Where the step fuses its residual adds and norms into the wo and down GEMVs
+// (CudaDecoder::fused_norm), there is no norms class: wo and down run with that epilogue, and the GEMVs after a
+// norm with its 1/rms. Every layer's matrices are distinct, so each GEMV reads its weights from memory as
 // in the step. The down GEMV of quantized weights includes its pass over x (SwiGLU). The step minus these
 // classes is the rest: the embedding, the output norm, the logits' copy to the host, per-head q/k norms and
 // biases where the model has them, and the gaps between kernels that PDL and the CUDA graph do not hide. Inputs
@@ -51,7 +53,21 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
   cuda::Buffer x(size_t(widest) * 4), u(size_t(widest) * 4), y(size_t(widest) * 4), q(size_t(nh) * hd * 4),
       att(size_t(nh) * hd * 4), gs(cuda::gemv_scratch_bytes(widest)),
       as(cuda::decode_scratch_bytes(cd.layer_view(0, depth), nh));
-  for (const cuda::Buffer* z : {&x, &u, &y, &q, &gs}) cuda::check(cudaMemsetAsync(z->get(), 0, z->bytes(), s), "zero");
+  const bool fused = cd.fused_norm();
+  cuda::Buffer res(size_t(c.d_model) * 4), ns(cuda::gemv_scratch_bytes(c.d_model)), ss(size_t(c.d_model) / 32 * 8);
+  for (const cuda::Buffer* z : {&x, &u, &y, &q, &gs, &res, &ns, &ss})
+    cuda::check(cudaMemsetAsync(z->get(), 0, z->bytes(), s), "zero");
+  // The step's fusions around a norm: the GEMV before it adds into the residual and writes the norm's input, the
+  // GEMVs after it apply its 1/rms.
+  auto into_norm = [&](cuda::GemvFusion f, const cuda::Buffer& norm) {
+    if (fused) f.res = res.as<float>(), f.norm_w = norm.as<float>(), f.norm_x = y.as<float>(), f.norm_scratch = ns.get();
+    if (fused) f.ss_part = ss.as<double>();
+    return f;
+  };
+  auto after_norm = [&](cuda::GemvFusion f) {
+    if (fused) f.rms_part = ss.as<double>(), f.rms_n = int(c.d_model), f.rms_eps = c.rms_eps;
+    return f;
+  };
   auto gemv = [&](const cuda::DeviceWeight* w, cuda::GemvFusion f = {}) {
     if (w) cuda::gemv(*w, x.as<float>(), y.as<float>(), gs.get(), s, f);
   };
@@ -70,34 +86,38 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
                 "norm");
   };
   using Launch = std::function<void(const cuda::CudaBackend::Layer&, int)>;
-  const std::vector<std::pair<const char*, Launch>> classes = {
-      {"norms", [&](const auto& w, int) {
-         add_norm(w.attn_norm, w.wqkv ? w.wqkv.get() : w.wq.get());
-         add_norm(w.ffn_norm, w.gate_up ? w.gate_up.get() : w.gate.get());
-       }},
+  std::vector<std::pair<const char*, Launch>> classes;
+  if (!fused)
+    classes.push_back({"norms", [&](const auto& w, int) {
+                         add_norm(w.attn_norm, w.wqkv ? w.wqkv.get() : w.wq.get());
+                         add_norm(w.ffn_norm, w.gate_up ? w.gate_up.get() : w.gate.get());
+                       }});
+  const std::vector<std::pair<const char*, Launch>> step = {
       {"kv_encode", [&](const auto&, int l) {  // RoPE + encode of one token, rewriting the row at depth - 1
          const float* k = y.as<float>();
          cuda::encode_kv_rope(cd.layer_target(l), q.as<float>(), nh, k, k + size_t(c.n_kv_heads) * hd, 1, depth - 1,
                               b.rope(), s);
        }},
       {"qkv", [&](const auto& w, int) {
-         for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, codes_ready(m));
+         for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, after_norm(codes_ready(m)));
        }},
       {"attention", [&](const auto& w, int l) {  // with the int8 codes of its output where wo quantizes x
          cuda::decode_attention(cd.layer_view(l, depth), q.as<float>(), nh, att.as<float>(), as.get(), s,
                                 cuda::gemv_quantizes_x(w.wo->type()) ? gs.get() : nullptr);
        }},
-      {"wo", [&](const auto& w, int) { gemv(w.wo.get(), codes_ready(w.wo.get())); }},
+      {"wo", [&](const auto& w, int) { gemv(w.wo.get(), into_norm(codes_ready(w.wo.get()), w.ffn_norm)); }},
       {"gate_up", [&](const auto& w, int) {
          if (w.gate_up && !cuda::gemv_quantizes_x(w.gate_up->type()))
-           gemv(w.gate_up.get(), cuda::GemvFusion{nullptr, false, true});  // SwiGLU in the epilogue
+           gemv(w.gate_up.get(), after_norm(cuda::GemvFusion{nullptr, false, true}));  // SwiGLU in the epilogue
          else
-           for (const auto* m : {w.gate_up.get(), w.gate.get(), w.up.get()}) gemv(m, codes_ready(m));
+           for (const auto* m : {w.gate_up.get(), w.gate.get(), w.up.get()}) gemv(m, after_norm(codes_ready(m)));
        }},
       {"down", [&](const auto& w, int) {
-         gemv(w.down.get(), cuda::gemv_quantizes_x(w.down->type()) ? cuda::GemvFusion{u.as<float>()} : cuda::GemvFusion{});
+         const auto f = cuda::gemv_quantizes_x(w.down->type()) ? cuda::GemvFusion{u.as<float>()} : cuda::GemvFusion{};
+         gemv(w.down.get(), into_norm(f, w.attn_norm));  // (the step's last layer makes the output norm instead)
        }},
   };
+  classes.insert(classes.end(), step.begin(), step.end());
   // One graph per class, replayed 5 times (median): the device's time, as in the step's own graph.
   auto median_ms = [&](const std::function<void()>& fn) {
     return gpu_bench::time_calls([&](int, cudaStream_t) { fn(); }, 1, 5, s);

@@ -60,6 +60,8 @@ class CudaDecoder : public DeviceDecoder {
   void use_batched_prefill(bool on) { batched_ = on; }
   void set_prefill_chunk(int rows);
   int prefill_chunk() const { return chunk_; }
+  // Whether the decode step runs its residual adds and norms inside the wo / down GEMVs (KVTAX_FUSED_NORM).
+  bool fused_norm() const { return fused_norm_; }
 
  private:
   // Token t of the current eval(): ids/positions/lengths are read from io_ on the device. host_len > 0
