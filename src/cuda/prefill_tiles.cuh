@@ -89,9 +89,9 @@ __device__ __forceinline__ uint32_t half2_bits(__half2 h) {
 // l (mod kCopies). With 32 copies each lane reads its own bank.
 template <kv::CodecId C>
 constexpr int kPairEntries = kv::layout::kPairLevels<C> * kv::layout::kPairLevels<C>;
-// The table's size in words (at least 1: a codec without one still declares it).
-template <kv::CodecId C, int kCopies = 1>
-constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> * kCopies : 1;
+// A single copy's size in words, for a static shared array (at least 1: a codec without one still declares it).
+template <kv::CodecId C>
+constexpr int kPairSlots = kPairEntries<C> > 0 ? kPairEntries<C> : 1;
 
 template <kv::CodecId C, int kThreads, int kCopies = 1>
 __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs) {
