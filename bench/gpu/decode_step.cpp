@@ -60,8 +60,10 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
   // The step's fusions around a norm: the GEMV before it adds into the residual and writes the norm's input, the
   // GEMVs after it apply its 1/rms.
   auto into_norm = [&](cuda::GemvFusion f, const cuda::Buffer& norm) {
-    if (fused) f.res = res.as<float>(), f.norm_w = norm.as<float>(), f.norm_x = y.as<float>(), f.norm_scratch = ns.get();
-    if (fused) f.ss_part = ss.as<double>();
+    if (fused) {
+      f.res = res.as<float>(), f.norm_w = norm.as<float>(), f.norm_x = y.as<float>();
+      f.norm_scratch = ns.get(), f.ss_part = ss.as<double>();
+    }
     return f;
   };
   auto after_norm = [&](cuda::GemvFusion f) {
