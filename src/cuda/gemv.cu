@@ -64,7 +64,7 @@ __device__ __forceinline__ float rms_scale(const GemvArgs& a) {
   for (int i = threadIdx.x & 31; i < a.rms_n / 32; i += 32) t += a.rms_part[i];
 #pragma unroll
   for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-  return 1.0f / sqrtf(float(t / a.rms_n) + a.rms_eps);
+  return rms_factor(t, a.rms_n, a.rms_eps);
 }
 
 // The residual epilogue (GemvArgs::res) of a block of 32 rows, their products in dots: the residual add, the next

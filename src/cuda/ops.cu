@@ -37,8 +37,7 @@ __device__ __forceinline__ float block_rms_scale(double ss, int n, float eps, do
   double tot = (threadIdx.x & 31) < blockDim.x / 32 ? part[threadIdx.x & 31] : 0.0;
   for (int o = 16; o > 0; o >>= 1) tot += __shfl_xor_sync(0xffffffffu, tot, o);
   tot = __shfl_sync(0xffffffffu, tot, 0);
-  const float mean = float(tot / n);
-  return 1.0f / sqrtf(mean + eps);
+  return detail::rms_factor(tot, n, eps);
 }
 
 // llama.cpp's rounding steps, as the CPU: float squares summed in double, a float mean, 1/sqrtf in float.

@@ -26,6 +26,13 @@ __device__ __forceinline__ void quantize_x_block32(float v, int base, int8_t* xq
   }
 }
 
+// An RMS norm's factor 1 / sqrt(mean + eps) from the row's sum of squares (float squares summed in double): llama.cpp's
+// rounding steps, as the CPU, a float mean and 1/sqrtf. The norm kernels and the GEMVs that apply a fused norm's
+// factor (GemvFusion::rms_part) both take it from here.
+__device__ __forceinline__ float rms_factor(double sum_sq, int n, float eps) {
+  return 1.0f / sqrtf(float(sum_sq / n) + eps);
+}
+
 // silu(g) * u in the CPU's float steps (ops/cpu/elementwise.cpp's silu_mul_inplace).
 __device__ __forceinline__ float silu_mul(float g, float u) { return __fmul_rn(g / (1.0f + expf(-g)), u); }
 
