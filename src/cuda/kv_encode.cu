@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/attention_launch.h"
+#include "cuda/mma.cuh"
 #include "cuda/kv_encode_launch.h"
 #include "cuda/pdl.cuh"
 #include "cuda/rope.cuh"
@@ -69,14 +70,17 @@ __device__ __forceinline__ void rotate_row(float* x, const float* signs, int lan
   __syncwarp();
 }
 
-// x (d floats in shared memory) -> row bytes in shared memory. All 32 lanes call it.
-__device__ void encode_row(CodecId c, int d, float* x, uint8_t* row, uint8_t* codes, const EncodeTables& t) {
+// x (d floats in shared memory) -> row bytes in shared memory. All 32 lanes call it. The codec and, for the head
+// widths of the models served (D > 0), the width are compile-time: a kernel that switched on both at run time spent
+// ~930 instructions per row on the switch, index arithmetic and loops of unknown length (ncu, H200, 2026-12-01).
+template <CodecId C, int D>
+__device__ void encode_row(int d_rt, float* x, uint8_t* row, uint8_t* codes, const EncodeTables& t) {
+  constexpr CodecId c = C;
+  const int d = D > 0 ? D : d_rt;
   const int lane = threadIdx.x & 31;
-  const bool rotated = c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3;
-  if (rotated && d == 128) {
-    rotate_row<128>(x, t.signs, lane);
-  } else if (rotated && d == 64) {
-    rotate_row<64>(x, t.signs, lane);
+  constexpr bool rotated = c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3;
+  if constexpr (rotated && D > 0) {
+    rotate_row<D>(x, t.signs, lane);
   } else if (rotated) {  // rotation.cpp's rotate()
     for (int i = lane; i < d; i += 32) x[i] = __fmul_rn(x[i], t.signs[i]);
     __syncwarp();
@@ -204,6 +208,7 @@ __device__ void encode_row(CodecId c, int d, float* x, uint8_t* row, uint8_t* co
   __syncwarp();
 }
 
+template <CodecId C, int D>
 __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
   __shared__ float xs[kWarps][kMaxD];
   __shared__ __align__(16) uint8_t rows[kWarps][kMaxRow];
@@ -229,7 +234,7 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
     for (int i = lane; i < a.rp.dim / 2; i += 32) rope_pair(xs[w], i, pos, a.rp);
     __syncwarp();
   }
-  encode_row(a.codec, a.d, xs[w], rows[w], codes[w], a.t);
+  encode_row<C, D>(a.d, xs[w], rows[w], codes[w], a.t);
   uint8_t* dst;
   if (a.pages) {
     dst = a.pool + size_t(a.pages[pos >> kPageShift]) * a.page_bytes + (is_v ? a.v_offset : 0) +
@@ -248,7 +253,11 @@ cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s) {
   if (a.rope && (a.rp.dim < 2 || a.rp.dim > a.d || !a.q || a.n_q < 1 || !a.v)) return cudaErrorInvalidValue;
   const int n_rows = a.n_tok * (a.n_kv * (a.v ? 2 : 1) + (a.rope ? a.n_q : 0));
   if (n_rows == 0) return cudaSuccess;
-  return launch_pdl(encode_kernel, (n_rows + kWarps - 1) / kWarps, kWarps * 32, s, a);
+  auto go = [&]<CodecId C, int D>() {
+    return launch_pdl(encode_kernel<C, D>, (n_rows + kWarps - 1) / kWarps, kWarps * 32, s, a);
+  };
+  if (a.d == 64 || a.d == 128 || a.d == 256) return dispatch(AllCodecs{}, Dims<64, 128, 256>{}, a.codec, a.d, go);
+  return dispatch(AllCodecs{}, Dims<0>{}, a.codec, 0, go);  // other widths: d at run time
 }
 
 }  // namespace kvtax::cuda::detail
