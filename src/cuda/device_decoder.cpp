@@ -282,13 +282,21 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     check(ops::add_rmsnorm(x, y, norm, xb, d, eps, s, codes_for(next) ? detail::gemv_quant_x(ns, d) : detail::QuantX{}),
           "residual + norm");
   };
-  // The fusions of a GEMV that adds into the residual stream before the norm by `norm` (for `next`).
-  auto into_norm = [&](GemvFusion f, const float* norm, const Next& next) {
-    f.res = x, f.norm_w = norm, f.norm_x = xb, f.ss_part = ss;
-    f.norm_scratch = codes_for(next) ? ns : nullptr;
-    return f;
-  };
   bool scaled = false;  // xb still lacks its norm's 1/rms (the GEMVs reading it apply it)
+  // A block's last GEMV (wo, down): its product goes into the residual stream, then the norm by `norm` (none: no
+  // logits wanted after the last layer) makes xb for the GEMVs in `next`; `fuse`: both inside the GEMV's blocks.
+  auto end_block = [&](const DeviceWeight& w, const float* in, GemvFusion f, const float* norm, const Next& next,
+                       bool fuse) {
+    if (fuse) {
+      f.res = x, f.norm_w = norm, f.norm_x = xb, f.ss_part = ss;
+      f.norm_scratch = codes_for(next) ? ns : nullptr;
+      gemv(w, in, nullptr, gs, s, f);
+    } else {
+      gemv(w, in, xb2, gs, s, f);
+      if (norm) add_norm(xb2, norm, next);
+    }
+    scaled = fuse;
+  };
   auto read_xb = [&](GemvFusion f) {
     if (scaled) f.rms_part = ss, f.rms_n = d, f.rms_eps = eps;
     return f;
@@ -326,30 +334,22 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     const bool wo_codes = gemv_quantizes_x(w.wo->type());
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s,
                      wo_codes ? gs : nullptr);
-    if (fused_norm_) {
-      gemv(*w.wo, att, nullptr, gs, s, into_norm(GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w)));
-      scaled = true;
-    } else {
-      gemv(*w.wo, att, xb2, gs, s, GemvFusion{nullptr, wo_codes});
-      add_norm(xb2, w.ffn_norm.as<float>(), ffn_in(w));
-    }
+    end_block(*w.wo, att, GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w), fused_norm_);
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.
     const bool down_q = gemv_quantizes_x(w.down->type());
-    // The down GEMV adds into the residual and makes the next layer's norm, fused; after the last layer, the output
-    // norm is a kernel (the logits of a step that wants none skip it).
-    const bool down_fused = fused_norm_ && l + 1 < L;
+    // down ends the layer: the next layer's norm follows (fused where the step fuses), or after the last layer the
+    // output norm, as a kernel.
     auto down = [&](const float* in, GemvFusion f) {
-      if (down_fused) {
+      if (l + 1 < L) {
         const CudaBackend::Layer& n = layers[size_t(l + 1)];
-        gemv(*w.down, in, nullptr, gs, s, into_norm(f, n.attn_norm.as<float>(), attn_in(n)));
+        end_block(*w.down, in, f, n.attn_norm.as<float>(), attn_in(n), fused_norm_);
       } else {
-        gemv(*w.down, in, xb2, gs, s, f);
+        end_block(*w.down, in, f, logits ? b_.output_norm() : nullptr, Next{&b_.output()}, false);
       }
     };
     if (w.gate_up && !gemv_quantizes_x(w.gate_up->type())) {
       gemv(*w.gate_up, xb, gate, gs, s, read_xb(GemvFusion{nullptr, false, true}));
-      scaled = false;
       down(gate, {});
     } else {
       if (w.gate_up) {
@@ -358,23 +358,12 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
         gemv_xb(*w.gate, gate);
         gemv_xb(*w.up, up);
       }
-      scaled = false;
       if (down_q) {
         down(gate, GemvFusion{up});
       } else {
         check(ops::silu_mul(gate, up, ff, s), "silu");
         down(gate, {});
       }
-    }
-    // The residual add and the next norm (the next layer's, or the output norm); after the last layer the
-    // residual stream matters only for logits.
-    if (down_fused) {
-      scaled = true;
-    } else if (l + 1 < L) {
-      const CudaBackend::Layer& n = layers[size_t(l + 1)];
-      add_norm(xb2, n.attn_norm.as<float>(), attn_in(n));
-    } else if (logits) {
-      add_norm(xb2, b_.output_norm(), Next{&b_.output()});
     }
   }
   if (logits) gemv_xb(b_.output(), logits_.as<float>());
