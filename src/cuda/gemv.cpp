@@ -43,6 +43,8 @@ void set_gemv_rows_per_warp(int rows) {
   detail::set_gemv_rows_per_warp(rows);
 }
 
+void set_gemv_staged(bool on) { detail::set_gemv_staged(on); }
+
 size_t gemv_scratch_bytes(int64_t cols) {
   size_t xd, xs;
   return detail::gemv_scratch_layout(cols, &xd, &xs);

@@ -3,6 +3,10 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include <cstdlib>
+#include <string>
+
+#include "cuda/gemv_common.cuh"
 #include "cuda/gemv_launch.h"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_x.cuh"
@@ -13,14 +17,6 @@ namespace kvtax::cuda::detail {
 namespace {
 
 constexpr int kThreads = 128, kRowsPerBlock = kThreads / 32;
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
-
-__device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 
 // x -> int8 codes per 32 values (quantize_x.cuh); with u, the codes of silu(x) * u (the FFN's down
 // projection takes its input straight from gate|up). One warp per block of 32.
@@ -40,48 +36,6 @@ __device__ __forceinline__ void load_xq(const int8_t* xq, int b, int* w) {
   const int4* p = reinterpret_cast<const int4*>(xq + 32 * b);
   const int4 a = __ldg(p), c = __ldg(p + 1);
   w[0] = a.x; w[1] = a.y; w[2] = a.z; w[3] = a.w; w[4] = c.x; w[5] = c.y; w[6] = c.z; w[7] = c.w;
-}
-
-// N + 1 aligned words starting at the 2-byte aligned block `blk`; returns the block's first u16 and
-// puts the N words that follow it in q (the block's payload, realigned).
-template <int N>
-__device__ __forceinline__ uint32_t load_block_u16_then(const uint8_t* blk, uint32_t* q) {
-  const int off = int(reinterpret_cast<uintptr_t>(blk) & 3);  // 0 or 2
-  const uint32_t* p = reinterpret_cast<const uint32_t*>(blk - off);
-  uint32_t w[N + 1];
-#pragma unroll
-  for (int k = 0; k <= N; ++k) w[k] = __ldg(p + k);
-#pragma unroll
-  for (int k = 0; k < N; ++k) q[k] = off ? w[k + 1] : __funnelshift_r(w[k], w[k + 1], 16);
-  return off ? (w[0] >> 16) : (w[0] & 0xffff);
-}
-
-// The norm prologue (GemvArgs::rms_part): 1 / sqrtf(mean + eps) from the rms_n / 32 partial sums of squares, added
-// in one fixed order by every warp (the same double everywhere, run after run). 1 without partial sums.
-__device__ __forceinline__ float rms_scale(const GemvArgs& a) {
-  if (!a.rms_part) return 1.0f;
-  double t = 0;
-  for (int i = threadIdx.x & 31; i < a.rms_n / 32; i += 32) t += a.rms_part[i];
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
-  return rms_factor(t, a.rms_n, a.rms_eps);
-}
-
-// The residual epilogue (GemvArgs::res) of a block of 32 rows, their products in dots: the residual add, the next
-// norm's input without its 1/rms, its int8 codes, and the block's sum of squares (float squares summed in double,
-// as ops::rmsnorm). One warp, lane i on row 32 blockIdx.x + i.
-__device__ __forceinline__ void residual_epilogue(const GemvArgs& a, const float* dots) {
-  if (threadIdx.x >= 32) return;
-  const int lane = threadIdx.x, r = blockIdx.x * 32 + lane;
-  const float xn = a.res[r] + dots[lane];
-  a.res[r] = xn;
-  const float xw = __fmul_rn(xn, a.norm_w[r]);
-  if (a.norm_x) a.norm_x[r] = xw;
-  if (a.norm_q.xq) quantize_x_block32(xw, blockIdx.x * 32, a.norm_q.xq, a.norm_q.xd, a.norm_q.xs);
-  double sq = double(__fmul_rn(xn, xn));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-  if (lane == 0) a.ss_part[blockIdx.x] = sq;
 }
 
 // One dot product of a 16-byte chunk of weights (8 halves or 4 floats) with x[c..].
@@ -291,10 +245,16 @@ cudaError_t launch_quant(const GemvArgs& a, int rows_per_warp, cudaStream_t st) 
 }
 
 int g_rows_per_warp = 0;  // 0: by shape
+// The staged kernel where it fits (KVTAX_GEMV_STAGED=0: the register-fed one, for A/B).
+bool g_staged = [] {
+  const char* e = std::getenv("KVTAX_GEMV_STAGED");
+  return !e || std::string(e) != "0";
+}();
 
 }  // namespace
 
 void set_gemv_rows_per_warp(int r) { g_rows_per_warp = r; }
+void set_gemv_staged(bool on) { g_staged = on; }
 
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
   if (quantizes_x(a.type)) {
@@ -307,6 +267,7 @@ cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
     return cudaErrorInvalidValue;  // float weights multiply x as it is
   }
   if (a.silu_pairs && quantizes_x(a.type)) return cudaErrorInvalidValue;
+  if (g_staged && g_rows_per_warp == 0 && staged_gemv_fits(a)) return launch_gemv_staged(a, st);
   // Rows per warp for the quantized kernels: more rows reuse x more but leave fewer warps in flight. On the
   // H200 (2026-11-30, bench/gpu part a) 2 rows helped Q4_K on 14336x4096 (44 -> 51% of copy bandwidth) and 1
   // row was best for Q8_0 and Q4_0 (2 and 4 rows lost up to 20%).

@@ -34,11 +34,19 @@ double scaled_err(const std::vector<float>& y, const std::vector<float>& ref, co
   return e;
 }
 
-TEST(CudaGemv, EveryTypeMatchesReference) {
+// Both quantized kernels (staged through shared memory, register-fed), as set_gemv_staged picks.
+class CudaGemv : public ::testing::TestWithParam<bool> {
+ protected:
+  void SetUp() override { cuda::set_gemv_staged(GetParam()); }
+  void TearDown() override { cuda::set_gemv_staged(true); }
+};
+
+TEST_P(CudaGemv, EveryTypeMatchesReference) {
   REQUIRE_GPU();
   struct Shape { int64_t rows, cols; };
-  // 384 columns (the shipped recall model's width): not a whole Q4_K super-block, every other type.
-  const Shape shapes[] = {{1, 256}, {37, 512}, {300, 4096}, {64, 14336}, {5, 384}};
+  // 384 columns (the shipped recall model's width): not a whole Q4_K super-block, every other type. 14336: three
+  // whole units of the staged kernel and half of one; 2500 rows: several rows per warp of its resident grid.
+  const Shape shapes[] = {{1, 256}, {37, 512}, {300, 4096}, {64, 14336}, {5, 384}, {2500, 1280}};
   const GgmlType types[] = {GgmlType::F32, GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0,
                             GgmlType::Q4_K};
   uint32_t seed = 500;
@@ -83,7 +91,10 @@ TEST(CudaGemv, EveryTypeMatchesReference) {
     }
 }
 
-TEST(CudaGemv, RejectsBadShapes) {
+INSTANTIATE_TEST_SUITE_P(Kernels, CudaGemv, ::testing::Values(true, false),
+                         [](const auto& info) { return info.param ? "staged" : "registers"; });
+
+TEST(CudaGemvShapes, RejectsBadShapes) {
   REQUIRE_GPU();
   std::vector<uint8_t> host(1 << 16);
   EXPECT_THROW(cuda::DeviceWeight(GgmlType::F16, 4, 100, host.data()), Error);  // cols % 32

@@ -1,0 +1,65 @@
+#pragma once
+// Pieces both GEMV kernel families share (gemv.cu: loads straight from global memory; gemv_staged.cu: weights staged
+// through shared memory by the bulk copy engine): warp sums, the norm prologue and the residual epilogue of the
+// decode step's fusions, and the realigning loader of 2-byte aligned ggml blocks. Device code only (nvcc).
+#include <cuda_fp16.h>
+#include <cuda_runtime.h>
+
+#include <cstdint>
+
+#include "cuda/gemv_launch.h"
+#include "cuda/quantize_x.cuh"
+
+namespace kvtax::cuda::detail {
+
+__device__ __forceinline__ float warp_sum(float v) {
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
+  return v;
+}
+
+__device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
+
+// N + 1 aligned words starting at the 2-byte aligned block `blk`; returns the block's first u16 and puts the N words
+// that follow it in q (the block's payload, realigned). kShared: blk points into shared memory (no read-only path).
+template <int N, bool kShared = false>
+__device__ __forceinline__ uint32_t load_block_u16_then(const uint8_t* blk, uint32_t* q) {
+  const int off = int(reinterpret_cast<uintptr_t>(blk) & 3);  // 0 or 2
+  const uint32_t* p = reinterpret_cast<const uint32_t*>(blk - off);
+  uint32_t w[N + 1];
+#pragma unroll
+  for (int k = 0; k <= N; ++k) w[k] = kShared ? p[k] : __ldg(p + k);
+#pragma unroll
+  for (int k = 0; k < N; ++k) q[k] = off ? w[k + 1] : __funnelshift_r(w[k], w[k + 1], 16);
+  return off ? (w[0] >> 16) : (w[0] & 0xffff);
+}
+
+// The norm prologue (GemvArgs::rms_part): 1 / sqrtf(mean + eps) from the rms_n / 32 partial sums of squares, added
+// in one fixed order by the calling warp (the same double everywhere, run after run). 1 without partial sums.
+__device__ __forceinline__ float rms_scale(const GemvArgs& a) {
+  if (!a.rms_part) return 1.0f;
+  double t = 0;
+  for (int i = threadIdx.x & 31; i < a.rms_n / 32; i += 32) t += a.rms_part[i];
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) t += __shfl_xor_sync(0xffffffffu, t, o);
+  return rms_factor(t, a.rms_n, a.rms_eps);
+}
+
+// The residual epilogue (GemvArgs::res) of a block of 32 rows, their products in dots: the residual add, the next
+// norm's input without its 1/rms, its int8 codes, and the block's sum of squares (float squares summed in double,
+// as ops::rmsnorm). One warp, lane i on row 32 blockIdx.x + i.
+__device__ __forceinline__ void residual_epilogue(const GemvArgs& a, const float* dots) {
+  if (threadIdx.x >= 32) return;
+  const int lane = threadIdx.x, r = blockIdx.x * 32 + lane;
+  const float xn = a.res[r] + dots[lane];
+  a.res[r] = xn;
+  const float xw = __fmul_rn(xn, a.norm_w[r]);
+  if (a.norm_x) a.norm_x[r] = xw;
+  if (a.norm_q.xq) quantize_x_block32(xw, blockIdx.x * 32, a.norm_q.xq, a.norm_q.xd, a.norm_q.xs);
+  double sq = double(__fmul_rn(xn, xn));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  if (lane == 0) a.ss_part[blockIdx.x] = sq;
+}
+
+}  // namespace kvtax::cuda::detail
