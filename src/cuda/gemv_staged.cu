@@ -1,10 +1,10 @@
 // Quantized GEMV (Q8_0, Q4_0, Q4_K) with its weights staged through shared memory by sm_90's bulk copy engine.
 //
-// Why: a GEMV moves each weight byte once, so its speed is the bytes it keeps in flight. The register-fed kernel
-// of gemv.cu holds one or two rows' loads per warp and waits for them (latency-bound at 4096 columns: 0.6 waves,
-// 3.7 warps per scheduler, 63% of stalls on global loads). Here lane 0 of each warp keeps kStages copies of
-// ~2.3 KB in flight without a register each, and issues the first ones before griddepcontrol.wait: the weights
-// never depend on the kernel before, so they stream while it finishes.
+// Why: a GEMV moves each weight byte once, so its speed is the bytes it keeps in flight and how fast it consumes
+// them. The register-fed kernel of gemv.cu holds one or two rows' loads per warp and waits for them (latency-bound at
+// 4096 columns: 0.6 waves, 3.7 warps per scheduler, 63% of stalls on global loads). Here lane 0 of each warp keeps
+// kStages copies of ~2.3 KB in flight without a register each, and issues the first ones before
+// griddepcontrol.wait: the weights never depend on the kernel before, so they stream while it finishes.
 //
 // A row is cut into units of 64 slots; a slot is a lane's share of a unit (Q4_K: a pair of 32-value sub-blocks;
 // Q4_0: two blocks; Q8_0: one block), so a unit is 4096 (Q8_0: 2048) values and one stage. Lanes take slots
@@ -23,9 +23,13 @@ namespace kvtax::cuda::detail {
 
 namespace {
 
-constexpr int kStages = 4;
-// Warps of a block: 16 per SM either way (RES: one block of 32 rows per SM at the decode step's widths; otherwise two).
-constexpr int warps_of(bool res) { return res ? 16 : 8; }
+// Copies in flight per warp, and warps per block: 32 warps of one row each for a block of 32 rows with the residual
+// epilogue (the decode step's wo and down: one block per SM), else 8 warps, 4 blocks per SM. The kernel is bound by
+// instruction latency as much as by memory (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per
+// scheduler), so warps count more than stages: 2 stages with 8 warps per scheduler beat 4 stages with 4.
+constexpr int kStages = 2;
+constexpr int warps_of(bool res) { return res ? 32 : 8; }
+constexpr int min_blocks(bool res) { return res ? 1 : 4; }  // 64 registers either way
 constexpr int kUnitSlots = 64;
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
 constexpr int kResRows = 32;       // rows of a block with the residual epilogue (residual_epilogue's 32 lanes)
@@ -125,10 +129,10 @@ struct SmemLayout {
   static size_t bytes(int cols) { return size_t(kXqOff) + size_t(cols) + 2 * size_t(cols / 32) * 4; }
 };
 
-// RES: blocks of 32 rows with the residual epilogue, 2 rows per warp. Otherwise every block is resident (the grid is
+// RES: blocks of 32 rows with the residual epilogue, one row per warp. Otherwise every block is resident (the grid is
 // what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W): contiguous bytes, balanced to a row.
 template <GgmlType T, bool RES>
-__global__ void __launch_bounds__(32 * warps_of(RES), RES ? 1 : 2) gemv_staged_kernel(GemvArgs a) {
+__global__ void __launch_bounds__(32 * warps_of(RES), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
   constexpr int kWarps = warps_of(RES), kThreads = 32 * kWarps;
   using F = Slot<T>;
   using L = SmemLayout<kWarps>;
@@ -153,13 +157,14 @@ __global__ void __launch_bounds__(32 * warps_of(RES), RES ? 1 : 2) gemv_staged_k
   const int n = (r_end - r_begin) * units_row;  // this warp's units, row by row
   uint8_t* stages = smem + L::kStagesOff + warp * kStages * kStageBytes;
   const uint32_t bars = smem_addr(smem + L::kBarsOff) + warp * kStages * 8;
-  auto issue = [&](int i) {  // lane 0: unit i into stage i % kStages
-    const int row = r_begin + i / units_row, s0 = (i % units_row) * kUnitSlots;
-    const uint32_t bytes = uint32_t(min(kUnitSlots, slots_row - s0) * F::kBytes);
-    const uint32_t bar = bars + (i % kStages) * 8;
+  int issue_row = r_begin, issue_u = 0;  // lane 0: the next unit to copy
+  auto issue = [&](int i) {              // unit i into stage i % kStages
+    const int s0 = issue_u * kUnitSlots;
+    const uint32_t bytes = uint32_t(min(kUnitSlots, slots_row - s0) * F::kBytes), bar = bars + (i % kStages) * 8;
     mbar_expect_bytes(bar, bytes);
-    bulk_copy(smem_addr(stages + (i % kStages) * kStageBytes), a.w + size_t(row) * a.row_bytes + size_t(s0) * F::kBytes,
-              bytes, bar);
+    bulk_copy(smem_addr(stages + (i % kStages) * kStageBytes),
+              a.w + size_t(issue_row) * a.row_bytes + size_t(s0) * F::kBytes, bytes, bar);
+    if (++issue_u == units_row) issue_u = 0, ++issue_row;
   };
   if (lane == 0) {
     for (int s = 0; s < kStages; ++s) mbar_init(bars + s * 8, 1);
@@ -181,40 +186,46 @@ __global__ void __launch_bounds__(32 * warps_of(RES), RES ? 1 : 2) gemv_staged_k
   __syncthreads();
   const float scale = misc[32];
 
+  // Slot s of a unit (global slot index g of the row): its x codes and scales, then its products.
+  auto slot = [&](const uint8_t* unit, int s, int g) {
+    int x[F::kValues / 4];
+#pragma unroll
+    for (int k = 0; k < kChunks; ++k) {
+      const int4 v = reinterpret_cast<const int4*>(xq_s)[k * slots_row + g];
+      x[4 * k] = v.x, x[4 * k + 1] = v.y, x[4 * k + 2] = v.z, x[4 * k + 3] = v.w;
+    }
+    float2 xd, xs{};
+    if constexpr (kScales == 2) {
+      xd = reinterpret_cast<const float2*>(xd_s)[g];
+      if constexpr (T != GgmlType::Q8_0) xs = reinterpret_cast<const float2*>(xs_s)[g];
+    } else {
+      xd = make_float2(xd_s[g], 0.0f);
+    }
+    return F::dot(unit, s, x, xd, xs);
+  };
   float acc = 0.0f;
+  int row = r_begin, u = 0;  // the unit being computed
   for (int i = 0; i < n; ++i) {
-    const int u = i % units_row, s0 = u * kUnitSlots, ns = min(kUnitSlots, slots_row - s0);
+    const int s0 = u * kUnitSlots, ns = min(kUnitSlots, slots_row - s0);
     mbar_wait(bars + (i % kStages) * 8, (i / kStages) & 1);
     const uint8_t* unit = stages + (i % kStages) * kStageBytes;
-#pragma unroll
-    for (int h = 0; h < 2; ++h) {
-      const int s = lane + 32 * h, S = s0 + s;
-      if (s >= ns) break;
-      int x[F::kValues / 4];
-#pragma unroll
-      for (int k = 0; k < kChunks; ++k) {
-        const int4 v = reinterpret_cast<const int4*>(xq_s)[k * slots_row + S];
-        x[4 * k] = v.x, x[4 * k + 1] = v.y, x[4 * k + 2] = v.z, x[4 * k + 3] = v.w;
-      }
-      float2 xd, xs{};
-      if constexpr (kScales == 2) {
-        xd = reinterpret_cast<const float2*>(xd_s)[S];
-        if constexpr (T != GgmlType::Q8_0) xs = reinterpret_cast<const float2*>(xs_s)[S];
-      } else {
-        xd = make_float2(xd_s[S], 0.0f);
-      }
-      acc += F::dot(unit, s, x, xd, xs);
+    if (ns == kUnitSlots) {  // both slots without a branch between them: two independent chains to interleave
+      const float p0 = slot(unit, lane, s0 + lane), p1 = slot(unit, lane + 32, s0 + lane + 32);
+      acc += p0;
+      acc += p1;
+    } else {
+      if (lane < ns) acc += slot(unit, lane, s0 + lane);
+      if (lane + 32 < ns) acc += slot(unit, lane + 32, s0 + lane + 32);
     }
     __syncwarp();  // every lane is done with the stage before the copy engine refills it
     if (lane == 0 && i + kStages < n) issue(i + kStages);
-    if (u == units_row - 1) {
+    if (++u == units_row) {
       const float v = warp_sum(acc) * scale;
-      acc = 0.0f;
-      const int row = r_begin + i / units_row;
       if (lane == 0) {
         if constexpr (RES) misc[row - blockIdx.x * kResRows] = v;
         else a.y[row] = v;
       }
+      acc = 0.0f, u = 0, ++row;
     }
   }
   if constexpr (RES) {
@@ -250,6 +261,11 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
   return launch_pdl_smem(k, grid, kThreads, smem, st, a);
 }
 
+template <GgmlType T>
+cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
+  return a.res ? launch_kernel<T, true>(a, st) : launch_kernel<T, false>(a, st);
+}
+
 }  // namespace
 
 bool staged_gemv_fits(const GemvArgs& a) {
@@ -271,11 +287,11 @@ bool staged_gemv_fits(const GemvArgs& a) {
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t st) {
   switch (a.type) {
     case GgmlType::Q8_0:
-      return a.res ? launch_kernel<GgmlType::Q8_0, true>(a, st) : launch_kernel<GgmlType::Q8_0, false>(a, st);
+      return launch<GgmlType::Q8_0>(a, st);
     case GgmlType::Q4_0:
-      return a.res ? launch_kernel<GgmlType::Q4_0, true>(a, st) : launch_kernel<GgmlType::Q4_0, false>(a, st);
+      return launch<GgmlType::Q4_0>(a, st);
     case GgmlType::Q4_K:
-      return a.res ? launch_kernel<GgmlType::Q4_K, true>(a, st) : launch_kernel<GgmlType::Q4_K, false>(a, st);
+      return launch<GgmlType::Q4_K>(a, st);
     default: return cudaErrorInvalidValue;
   }
 }
