@@ -17,6 +17,7 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <utility>
 #include <vector>
 
 #include "cuda/device_decoder.h"
@@ -163,8 +164,7 @@ int run(int argc, char** argv) {
               "reaches here (8192^3 bf16)\n",
               cuda::device_summary().c_str(), model_path.c_str(), c.n_layers, P / 1e9, length, flop / 1e12,
               attn_flop / 1e12, floor_s, floor_meas, measured / 1e12);
-  std::printf("prefill chunk: %d rows\n", chunk > 0 ? chunk : cuda::CudaDecoder::kMaxBatch);
-  std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
+    std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
               "x cuBLAS", "attn s", "attn TF/s");
   {
     const GemmTimes gt = gemm_times(backend, cuda::CudaDecoder::kMaxBatch, length, nullptr);
@@ -179,11 +179,13 @@ int run(int argc, char** argv) {
   std::vector<int32_t> toks(static_cast<size_t>(length));
   for (int i = 0; i < length; ++i) toks[size_t(i)] = int32_t((uint64_t(i) * 7919 + 13) % c.n_vocab);
   std::vector<float> logits(c.n_vocab);
+  bool first = true;
   for (const std::string& codec : split(codecs)) {
     auto dec = backend.decoder(parse_kv_spec(codec), length + 8, 0);
     auto* cd = static_cast<cuda::CudaDecoder*>(dec.get());
     if (chunk > 0) cd->set_prefill_chunk(chunk);
     const int mb = cd->prefill_chunk();
+    if (std::exchange(first, false)) std::printf("prefill chunk: %d rows\n", mb);
     auto prefill = [&](int n) {
       dec->reset();
       for (int p = 0; p < n; p += mb) dec->eval(toks.data() + p, std::min(mb, n - p), logits.data());

@@ -68,6 +68,7 @@ CudaDecoder::CudaDecoder(CudaBackend& b, std::shared_ptr<CudaKvPool> pool, int m
 
 void CudaDecoder::init() {
   const ModelConfig& c = b_.model().config();
+  chunk_ = default_chunk();
   const int L = int(c.n_layers);
   table_host_.assign(size_t(max_pages_) * L, 0);
   table_ = Buffer(table_host_.size() * 4);
@@ -103,6 +104,11 @@ CudaDecoder::~CudaDecoder() {
   b_.account(0, table_.bytes() + scratch_bytes_ + prefill_bytes_);
 }
 
+int CudaDecoder::default_chunk() const {
+  const DeviceWeight& w = *b_.layers()[0].wo;
+  return w.type() == GgmlType::F16 || w.type() == GgmlType::BF16 ? 8192 : 16384;
+}
+
 void CudaDecoder::set_prefill_chunk(int rows) {
   if (rows < 1 || rows > kMaxBatch) fail("--device cuda: prefill chunk of {} rows outside 1..{}", rows, kMaxBatch);
   if (rows == chunk_) return;
@@ -131,7 +137,7 @@ void CudaDecoder::release_pages(int keep) {
 }
 
 void CudaDecoder::prepare(int max_batch) {
-  set_prefill_chunk(std::clamp(max_batch, 1, kMaxBatch));
+  set_prefill_chunk(std::clamp(max_batch, 1, default_chunk()));
   if (n_past_ != 0) fail("--device cuda: prepare() on a decoder holding {} tokens", n_past_);
   // Two tokens take the batched prefill path (its buffers and GEMM scratch), then one the decode step
   // (its graph); the tokens are dropped again.
