@@ -52,21 +52,8 @@ __device__ __forceinline__ float chunk_dot(const uint4 w, const float* x, int c,
     acc = fmaf(__uint_as_float(w.w), x0.w, acc);
   } else {
     const float4 x1 = __ldg(reinterpret_cast<const float4*>(x + c + 4));
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
     const float xs[8] = {x0.x, x0.y, x0.z, x0.w, x1.x, x1.y, x1.z, x1.w};
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float lo, hi;
-      if constexpr (T == GgmlType::F16) {
-        lo = half_to_f32(ws[k] & 0xffff);
-        hi = half_to_f32(ws[k] >> 16);
-      } else {
-        lo = __uint_as_float(ws[k] << 16);
-        hi = __uint_as_float(ws[k] & 0xffff0000u);
-      }
-      acc = fmaf(lo, xs[2 * k], acc);
-      acc = fmaf(hi, xs[2 * k + 1], acc);
-    }
+    acc = dot_half8<T>(w, xs, acc);
   }
   return acc;
 }

@@ -9,6 +9,7 @@
 
 #include "cuda/gemv_launch.h"
 #include "cuda/quantize_x.cuh"
+#include "ggml/types.h"
 
 namespace kvtax::cuda::detail {
 
@@ -19,6 +20,26 @@ __device__ __forceinline__ float warp_sum(float v) {
 }
 
 __device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
+
+// acc plus the dot product of 8 16-bit weights (F16 or BF16, in w) with x[0..8), one FMA at a time in order.
+template <GgmlType T>
+__device__ __forceinline__ float dot_half8(const uint4 w, const float* x, float acc) {
+  const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
+#pragma unroll
+  for (int k = 0; k < 4; ++k) {
+    float lo, hi;
+    if constexpr (T == GgmlType::F16) {
+      lo = half_to_f32(ws[k] & 0xffff);
+      hi = half_to_f32(ws[k] >> 16);
+    } else {
+      lo = __uint_as_float(ws[k] << 16);
+      hi = __uint_as_float(ws[k] & 0xffff0000u);
+    }
+    acc = fmaf(lo, x[2 * k], acc);
+    acc = fmaf(hi, x[2 * k + 1], acc);
+  }
+  return acc;
+}
 
 // N + 1 aligned words starting at the 2-byte aligned block `blk`; returns the block's first u16 and puts the N words
 // that follow it in q (the block's payload, realigned). kShared: blk points into shared memory (no read-only path).

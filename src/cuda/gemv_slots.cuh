@@ -148,22 +148,7 @@ struct FloatSlot {
     const uint4 w = *reinterpret_cast<const uint4*>(unit + 16 * s);
     float x[8];
     sx.values(g, x);
-    const uint32_t ws[4] = {w.x, w.y, w.z, w.w};
-    float acc = 0.0f;
-#pragma unroll
-    for (int k = 0; k < 4; ++k) {
-      float lo, hi;
-      if constexpr (T == GgmlType::F16) {
-        lo = half_to_f32(ws[k] & 0xffff);
-        hi = half_to_f32(ws[k] >> 16);
-      } else {
-        lo = __uint_as_float(ws[k] << 16);
-        hi = __uint_as_float(ws[k] & 0xffff0000u);
-      }
-      acc = fmaf(lo, x[2 * k], acc);
-      acc = fmaf(hi, x[2 * k + 1], acc);
-    }
-    return acc;
+    return dot_half8<T>(w, x, 0.0f);
   }
 };
 template <>
