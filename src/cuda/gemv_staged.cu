@@ -17,7 +17,6 @@
 #include "cuda/gemv_slots.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
-#include "ggml/blocks.h"
 
 namespace kvtax::cuda::detail {
 
@@ -200,6 +199,8 @@ bool staged_gemv_fits(const GemvArgs& a) {
     return false;
   if (a.cols % 256 != 0 || a.row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return false;  // copies are whole 16-byte runs: rows of whole 8-block (Q4_K: super-block) groups
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && (a.type == GgmlType::F16 || a.type == GgmlType::BF16))
+    return false;  // float x is staged by 16-byte loads
   if (a.res && a.rows % kResRows != 0) return false;
   const size_t smem =
       a.res ? SmemLayout<warps_of(true)>::bytes(a.type, a.cols) : SmemLayout<warps_of(false)>::bytes(a.type, a.cols);
