@@ -100,23 +100,32 @@ struct Slot<GgmlType::Q4_K> {
 template <>
 struct Slot<GgmlType::Q4_0> {
   static constexpr int kValues = 64, kBytes = 2 * sizeof(BlockQ4_0), kUnitSlots = 64;
+  // Slot s is blocks 2s and 2s + 1: 36 bytes from a 4-aligned offset, so the first block's codes sit 2 bytes off
+  // word alignment and the second's on it.
   __device__ static float dot(const uint8_t* unit, int s, const StagedX& sx, int g) {
     int x[16];
     float2 xd, xs;
     sx.codes<kValues>(g, x, xd, &xs);
+    const uint32_t* p = reinterpret_cast<const uint32_t*>(unit + s * kBytes);
+    uint32_t w[9];
+#pragma unroll
+    for (int k = 0; k < 9; ++k) w[k] = p[k];
+    const uint32_t q[2][4] = {{__funnelshift_r(w[0], w[1], 16), __funnelshift_r(w[1], w[2], 16),
+                               __funnelshift_r(w[2], w[3], 16), __funnelshift_r(w[3], w[4], 16)},
+                              {w[5], w[6], w[7], w[8]}};
+    const float d[2] = {half_to_f32(w[0] & 0xffff), half_to_f32(w[4] >> 16)};
     float r = 0.0f;
 #pragma unroll
     for (int b = 0; b < 2; ++b) {
-      uint32_t q[4];
-      const float d = half_to_f32(load_block_u16_then<4, true>(unit + (2 * s + b) * sizeof(BlockQ4_0), q));
-      int acc = 0;
+      int lo = 0, hi = 0;  // hi: 16 x the high nibbles' dot
 #pragma unroll
       for (int k = 0; k < 4; ++k) {
-        acc = __dp4a(int(q[k] & 0x0f0f0f0fu), x[8 * b + k], acc);             // values 4k..4k+3
-        acc = __dp4a(int((q[k] >> 4) & 0x0f0f0f0fu), x[8 * b + 4 + k], acc);  // values 16+4k..
+        lo = dp4a_us(q[b][k] & 0x0f0f0f0fu, x[8 * b + k], lo);      // values 4k..4k+3
+        hi = dp4a_us(q[b][k] & 0xf0f0f0f0u, x[8 * b + 4 + k], hi);  // values 16+4k..
       }
       // sum (code - 8) * x = xd * acc - 8 * xd * sum(xq)
-      r = fmaf(d, fmaf(b ? xd.y : xd.x, float(acc), -8.0f * (b ? xs.y : xs.x)), r);
+      const float acc = small_int_to_f32(lo + (hi >> 4));
+      r = fmaf(d[b], fmaf(b ? xd.y : xd.x, acc, -8.0f * (b ? xs.y : xs.x)), r);
     }
     return r;
   }
