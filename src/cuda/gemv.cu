@@ -1,5 +1,7 @@
-// GEMV kernels: one warp per weight row, 4 rows per 128-thread block; each lane streams its share of
-// the row (16-byte loads where the block layout is aligned) and the warp sums with shuffles.
+// Register-fed GEMV kernels: one warp per weight row (quantized: R rows), 4 warps per 128-thread block; each lane
+// streams its share of the row (16-byte loads where the block layout is aligned) and the warp sums with shuffles.
+// launch_gemv prefers the staged kernel (gemv_staged.cu); these take F32 and the shapes it does not, and everything
+// with KVTAX_GEMV_STAGED=0.
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

@@ -39,10 +39,11 @@ class DeviceWeight {
   Buffer buf_;
 };
 
-// Rows each warp of the quantized kernels computes (1, 2 or 4; 0: chosen by shape). For benchmarks.
+// Rows each warp of the register-fed quantized kernels computes (1, 2 or 4; 0: chosen by shape; not 0 also turns the
+// staged kernel off). For benchmarks.
 void set_gemv_rows_per_warp(int rows);
-// Quantized types: the kernel with weights staged through shared memory where it fits (the default; also off with
-// KVTAX_GEMV_STAGED=0), or the register-fed one everywhere. For tests and benchmarks.
+// The kernel with weights staged through shared memory where it fits (the default; also off with
+// KVTAX_GEMV_STAGED=0), or the register-fed ones everywhere. For tests and benchmarks.
 void set_gemv_staged(bool on);
 
 // Device scratch for the quantized copy of x.

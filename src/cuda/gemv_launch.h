@@ -62,8 +62,8 @@ cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t stream);
 void set_gemv_rows_per_warp(int r);
 void set_gemv_staged(bool on);
 
-// The quantized kernel with weights staged through shared memory (gemv_staged.cu): sm_90, Q8_0 / Q4_0 / Q4_K rows
-// of whole 16-byte runs, x's codes fitting beside the stages. launch_gemv takes it where it fits.
+// The kernel with weights staged through shared memory (gemv_staged.cu): sm_90, Q8_0 / Q4_0 / Q4_K / F16 / BF16 rows
+// of whole 16-byte runs, x (or its codes) fitting beside the stages. launch_gemv takes it where it fits.
 bool staged_gemv_fits(const GemvArgs& a);
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t stream);
 
