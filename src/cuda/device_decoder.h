@@ -23,9 +23,10 @@ class CudaDecoder : public DeviceDecoder {
   // bound the activations.
   static constexpr int kMaxBatch = 16384;
   // Every chunk reads all the weights (quantized ones are also expanded to bf16 for its GEMMs), so longer chunks read
-  // them fewer times. On the H200 (session 12, llama3-8b, 32k prompt): BF16 weights, 8192 rows against 4096 took
-  // 0.024-0.031 s off the TTFT; Q4_K weights, 16384 rows 0.024-0.042 s. The price is the chunk's activations (~0.1 MB
-  // per row at that width).
+  // them fewer times. On the H200 (session 12, llama3-8b, 32k prompt, docs/perf.md): Q4_K weights, 16384 rows took
+  // 0.024-0.039 s off 4096's TTFT (five codecs, one call); BF16 weights, 8192 rows 0.014-0.027 s (eight codecs, two
+  // consecutive calls). The price is the chunk's f32 activations (ensure_prefill_buffers: 4 (3 d + 2 q_dim + 2 kv_dim
+  // + 2 ff) bytes per row, 0.2 MB at llama3-8b's width) and the GEMMs' 16-bit scratch.
   int default_chunk() const;
 
   // reserve_bytes 0: pages for max_context tokens; otherwise that many bytes of pages, which must hold

@@ -12,6 +12,8 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <map>
+#include <mutex>
 
 #include "cuda/gemv_common.cuh"
 #include "cuda/gemv_slots.cuh"
@@ -46,7 +48,8 @@ struct SmemLayout {
 };
 
 // RES: blocks of 32 rows with the residual epilogue, one row per warp. Otherwise every block is resident (the grid is
-// what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W): contiguous bytes, balanced to a row.
+// what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W): contiguous bytes, balanced to a
+// row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
 template <GgmlType T, bool RES, bool PAIRS>
 __global__ void __launch_bounds__(32 * warps_of(RES), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
@@ -154,25 +157,32 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
   constexpr int kWarps = warps_of(RES), kThreads = 32 * kWarps;
   const size_t smem = SmemLayout<kWarps>::bytes(T, a.cols);
   auto* k = gemv_staged_kernel<T, RES, PAIRS>;
-  static size_t smem_set = 0;  // the largest dynamic shared memory this instance was allowed so far
-  if (smem > smem_set) {
-    if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem)); e != cudaSuccess)
-      return e;
-    smem_set = smem;
-  }
-  int grid = a.rows / kResRows;
-  if constexpr (!RES) {
-    static int sms = 0;
-    if (!sms) {
-      int dev = 0;
+  // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
+  // graph): the attribute allowing the largest size so far, and the blocks of the resident grid.
+  static std::mutex mu;
+  static size_t allowed = 0;
+  static std::map<size_t, int> resident;  // smem -> blocks that fit on the GPU at once
+  int fit = 0;
+  {
+    std::lock_guard<std::mutex> lock(mu);
+    if (smem > allowed) {
+      if (cudaError_t e = cudaFuncSetAttribute(k, cudaFuncAttributeMaxDynamicSharedMemorySize, int(smem));
+          e != cudaSuccess)
+        return e;
+      allowed = smem;
+    }
+    if (auto it = resident.find(smem); it != resident.end()) {
+      fit = it->second;
+    } else {
+      int dev = 0, sms = 0, per_sm = 0;
       if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
       if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
+      if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem); e != cudaSuccess)
+        return e;
+      fit = resident[smem] = per_sm * sms;
     }
-    int per_sm = 0;
-    if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem); e != cudaSuccess)
-      return e;
-    grid = std::max(1, std::min(per_sm * sms, (a.rows + kWarps - 1) / kWarps));
   }
+  const int grid = RES ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
   return launch_pdl_smem(k, grid, kThreads, smem, st, a);
 }
 
@@ -190,7 +200,8 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
 bool staged_gemv_fits(const GemvArgs& a) {
   static const int major = [] {
     int dev = 0, m = 0;
-    if (cudaGetDevice(&dev) != cudaSuccess || cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
+    if (cudaGetDevice(&dev) != cudaSuccess ||
+        cudaDeviceGetAttribute(&m, cudaDevAttrComputeCapabilityMajor, dev) != cudaSuccess)
       m = 0;
     return m;
   }();
