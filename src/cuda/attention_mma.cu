@@ -690,19 +690,20 @@ cudaError_t prepared() {
 template <CodecId C>
 constexpr bool kGqaForm = C != CodecId::fp8;
 
-bool gqa_enabled() {
-  static const bool on = [] {
+// KVTAX_DECODE_GQA: 0 never, 1 (default) the codecs of kGqaForm, 2 every register-fed codec (measurements).
+int gqa_mode() {
+  static const int mode = [] {
     const char* e = std::getenv("KVTAX_DECODE_GQA");
-    return !e || std::string(e) != "0";
+    return !e ? 1 : std::string(e) == "0" ? 0 : std::string(e) == "2" ? 2 : 1;
   }();
-  return on;
+  return mode;
 }
 
 // Calls f.template operator()<kSwap>() with the form the launch takes.
 template <CodecId C, int D, class F>
 cudaError_t with_form(int n_rep, const F& f) {
-  if constexpr (Cfg<C, D>::kKReg && kGqaForm<C>) {
-    if (n_rep <= 8 && gqa_enabled()) return f.template operator()<true>();
+  if constexpr (Cfg<C, D>::kKReg) {
+    if (n_rep <= 8 && (gqa_mode() == 2 || (gqa_mode() == 1 && kGqaForm<C>))) return f.template operator()<true>();
   }
   return f.template operator()<false>();
 }
