@@ -60,8 +60,9 @@ struct Cfg {
   static constexpr int kWpb = layout::kQBlock / (4 * kRuns), kSlots = (kLaneWords + kWpb - 1) / kWpb;
   // Blocks per SM the registers are capped for: the decoding codecs' loop is bound per tile (instructions and
   // latency, not bytes; perf.md), so 3 blocks (12 warps; 4 would spill); f16 is bound by bytes at 2; head_dim 256
-  // needs the registers.
-  static constexpr int kMinBlocks = kSwap ? (D >= 256 ? 2 : 4) : D >= 256 ? 1 : kDirect ? 2 : 3;
+  // needs the registers. fp8 streams best at 2 (6 stages, 5 tiles in flight per warp; H200, session 13, against 3:
+  // 80.7 -> 77.1 us at 128k, 29.0 -> 27.1 at 32k, 18.2 -> 14.4 at 8k).
+  static constexpr int kMinBlocks = kSwap ? (D >= 256 ? 2 : 4) : D >= 256 ? 1 : kDirect || C == CodecId::fp8 ? 2 : 3;
   static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
   // Stages of the ring: as many as the shared memory of kMinBlocks blocks per SM holds (227 KB per SM, 1 KB of it
   // reserved per block), 2 to 6. A warp has (kStages - 1) tiles in flight, and the bytes in flight per SM are
