@@ -38,8 +38,7 @@ constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId:
 
 // kSwap: the GQA kernel (kKReg codecs, groups of up to 8 query heads): S^T = K Q^T and O^T = V^T P^T, the tile's
 // 16 tokens (and O's dims) as the M rows of m16n8k16, the group's heads as its 8 columns. Half the MMAs of the
-// heads-as-rows form (whose M rows are mostly padding for groups of 4) and half the accumulator registers, so 4
-// blocks fit per SM.
+// heads-as-rows form (whose M rows are mostly padding for groups of 4) and half the accumulator registers.
 template <CodecId C, int D, bool kSwap = false>
 struct Cfg {
   static constexpr int kRow = int(layout::row_bytes(C, D));
@@ -58,11 +57,14 @@ struct Cfg {
   static constexpr int kLaneWords = D / 16 / kRuns;        // code words of one token per lane
   // Block-scaled codes (q8, q4, q4r): code words per block of kQBlock values, and the blocks a lane's K words span.
   static constexpr int kWpb = layout::kQBlock / (4 * kRuns), kSlots = (kLaneWords + kWpb - 1) / kWpb;
-  // Blocks per SM the registers are capped for: the decoding codecs' loop is bound per tile (instructions and
-  // latency, not bytes; perf.md), so 3 blocks (12 warps; 4 would spill); f16 is bound by bytes at 2; head_dim 256
-  // needs the registers. fp8 streams best at 2 (6 stages, 5 tiles in flight per warp; H200, session 13, against 3:
-  // 80.7 -> 77.1 us at 128k, 29.0 -> 27.1 at 32k, 18.2 -> 14.4 at 8k).
-  static constexpr int kMinBlocks = kSwap ? (D >= 256 ? 2 : 4) : D >= 256 ? 1 : kDirect || C == CodecId::fp8 ? 2 : 3;
+  // Blocks per SM the registers are capped for, and so the stages each gets. Two, with the deepest rings, for the
+  // codecs whose loop keeps up with the bytes (f16, fp8, q8: 5 tiles in flight per warp for the 1-byte codes);
+  // q4 and q4r time the same at 2 and 4 (bound by instructions); tq4 / tq3, which decode each tile into shared
+  // memory, need the 12 warps of 3; the heads-as-rows form at head_dim 256 the registers of 1. H200, session 13,
+  // against 3 (fp8) and 4 (q8) blocks: fp8 128k 80.7 -> 77.1 us, 32k 29.0 -> 27.1; q8 128k 82.7 -> 75.0, 32k
+  // 31.4 -> 27.1; tq4 at 2: 144.5 -> 159.5 at 128k.
+  static constexpr bool kTq = C == CodecId::tq4 || C == CodecId::tq3;
+  static constexpr int kMinBlocks = !kSwap && D >= 256 ? 1 : kTq ? 3 : 2;
   static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
   // Stages of the ring: as many as the shared memory of kMinBlocks blocks per SM holds (227 KB per SM, 1 KB of it
   // reserved per block), 2 to 6. A warp has (kStages - 1) tiles in flight, and the bytes in flight per SM are
