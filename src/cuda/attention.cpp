@@ -10,9 +10,7 @@
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
 #include "cuda/paged_kv_args.h"
-#include "kv/codecs/formats.h"
 #include "kv/codecs/layout.h"
-#include "kv/rotation.h"
 
 namespace kvtax::cuda {
 
@@ -55,16 +53,6 @@ int splits_for(const KvView& kv, int n_heads, int len) {
 void check_heads(const KvView& kv, int n_heads) {
   if (n_heads <= 0 || n_heads % kv.n_kv_heads != 0)
     fail("CUDA attention: {} query heads is not a multiple of {} KV heads", n_heads, kv.n_kv_heads);
-}
-
-void ensure_tables() {
-  static std::once_flag once;
-  std::call_once(once, [] {
-    check(detail::upload_codec_tables(kv::tq4_levels().data(), kv::tq3_levels().data(), kv::rotation_signs(),
-                                      kv::kRotationMaxDim),
-          "upload of the codec tables");
-    codec_tables();
-  });
 }
 
 }  // namespace
@@ -172,7 +160,6 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   if (!kv.len_dev && kv.len <= 0) fail("CUDA attention: the device KV holds no tokens");
   if (!kv.len_dev && kv.len > kv.max_len)
     fail("CUDA attention: {} tokens past the {} the pages cover", kv.len, kv.max_len);
-  ensure_tables();
   detail::DecodeArgs a{};
   static_cast<detail::PagedKvArgs&>(a) = detail::paged_kv_args(kv, n_heads, q, out);
   a.len = kv.len;

@@ -12,7 +12,7 @@
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_x.cuh"
-#include "cuda/rotate_shared.cuh"
+#include "cuda/rotate_regs.cuh"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda::detail {
@@ -22,19 +22,7 @@ namespace {
 using kv::CodecId;
 namespace layout = kv::layout;
 
-__constant__ float c_tq4[16];
-__constant__ float c_tq3[8];
-__constant__ float c_signs[1024];
-
 constexpr float kLog2e = 1.4426950408889634f;
-
-// Codebook entry i of a tq codec (0 for the others).
-template <CodecId C>
-__device__ __forceinline__ float codebook_entry(int i) {
-  if constexpr (C == CodecId::tq4) return c_tq4[i];
-  else if constexpr (C == CodecId::tq3) return i < 8 ? c_tq3[i] : 0.0f;
-  else return 0.0f;
-}
 
 constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
 
@@ -48,20 +36,15 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
 
   __shared__ float q_s[NREP * D];
   __shared__ float red[kGroups][NREP][D + 2];
-  // Lanes look up different codebook entries: from shared memory that costs one access, from constant
-  // memory one per distinct entry.
-  __shared__ float lv[16];
 
   const int tid = threadIdx.x, split = blockIdx.x, h = blockIdx.y;
   const int r0 = blockIdx.z * NREP, nr = min(NREP, a.n_rep - r0);
   const float qscale = rsqrtf(float(D)) * kLog2e;
-  if (tid < 16) lv[tid] = codebook_entry<C>(tid);
   for (int i = tid; i < NREP * D; i += kDecodeThreads) {
     const int r = i / D;
     q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
   }
   __syncthreads();
-  if constexpr (is_rotated(C)) rotate_shared<D>(q_s, NREP, false, c_signs);
 
   const int u = tid % kLanes, g = tid / kLanes;
   float qr[NREP][8];
@@ -98,8 +81,8 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
       const int tt = t < c1 ? t : c0;
       const uint8_t* kr = kh + size_t(__ldg(pages + (tt >> kPageShift))) * page_bytes +
                           size_t(tt & (kPageTokens - 1)) * a.row_bytes;
-      sk[j] = layout::unit_decode<C>(kr, D, u, lv, yk[j]);
-      sv[j] = layout::unit_decode<C>(kr + v_off, D, u, lv, yv[j]);
+      sk[j] = layout::unit_decode<C>(kr, D, u, nullptr, yk[j]);  // no codebook: f32, bf16
+      sv[j] = layout::unit_decode<C>(kr + v_off, D, u, nullptr, yv[j]);
     }
     float s[kUnroll][NREP];
 #pragma unroll
@@ -202,7 +185,18 @@ __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   }
   o_s[dd] = L > 0.0f ? o / L : 0.0f;
   __syncthreads();
-  if constexpr (kRotated) rotate_shared<D>(o_s, 1, true, c_signs);
+  if constexpr (kRotated) {  // warp 0 rotates the row back in registers (rotate_regs.cuh)
+    constexpr int kPer = D / 32;
+    if (dd < 32) {
+      float v[kPer];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[k] = o_s[kPer * dd + k];
+      unrotate_warp<D>(v, a.signs, dd, 1.0f / sqrtf(float(D)));
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) o_s[kPer * dd + k] = v[k];
+    }
+    __syncthreads();
+  }
   a.out[size_t(head) * D + dd] = o_s[dd];
   // Warp w holds dims 32w .. 32w + 31 of the head: one whole block of the codes (D is a multiple of 32).
   if (a.codes.xq) quantize_x_block32(o_s[dd], head * D + (dd & ~31), a.codes.xq, a.codes.xd, a.codes.xs);
@@ -244,13 +238,6 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
 }
 
 }  // namespace
-
-cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs) {
-  if (n_signs > 1024) return cudaErrorInvalidValue;
-  if (cudaError_t e = cudaMemcpyToSymbol(c_tq4, tq4_levels, sizeof(float) * 16); e != cudaSuccess) return e;
-  if (cudaError_t e = cudaMemcpyToSymbol(c_tq3, tq3_levels, sizeof(float) * 8); e != cudaSuccess) return e;
-  return cudaMemcpyToSymbol(c_signs, signs, sizeof(float) * n_signs);
-}
 
 cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t st) {
   return dispatch(AllCodecs{}, Dims<64, 128, 256>{}, a.codec, a.head_dim,

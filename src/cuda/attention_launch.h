@@ -43,8 +43,6 @@ struct DecodeArgs : PagedKvArgs {
   QuantX codes;        // set: the merge also writes out's int8 codes for the quantized GEMV that reads out
 };
 
-// Copies the tq codebooks and rotation signs into constant memory (once per process).
-cudaError_t upload_codec_tables(const float* tq4_levels, const float* tq3_levels, const float* signs, int n_signs);
 // cudaErrorInvalidValue for a codec / head_dim without a kernel.
 cudaError_t launch_decode(const DecodeArgs& a, cudaStream_t stream);
 // The tensor-core split kernel alone (attention_mma.cu): partials into a.part, no merge.

@@ -21,7 +21,7 @@
 #include "cuda/attention_launch.h"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
-#include "cuda/rotate_shared.cuh"
+#include "cuda/rotate_regs.cuh"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda::detail {
@@ -372,14 +372,20 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
   if constexpr (is_rotated(C)) {
+    // Warp w rotates rows w, w + kWarps, ... in registers (rotate_regs.cuh); the fragments are gathered from q_s.
     float* q_s = reinterpret_cast<float*>(smem);
-    for (int i = tid; i < kRows * D; i += kThreads) {
-      const int r = i / D;
-      q_s[i] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + i % D] * qscale : 0.0f;
+    constexpr int kPer = D / 32;
+    for (int r = warp; r < kRows; r += kWarps) {
+      float v[kPer];
+#pragma unroll
+      for (int k = 0; k < kPer; ++k)
+        v[k] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + kPer * lane + k] * qscale : 0.0f;
+      if (r < nr) rotate_warp<D>(v, a.signs, lane, 1.0f / sqrtf(float(D)));
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) q_s[r * D + kPer * lane + k] = v[k];
     }
     if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
     __syncthreads();
-    rotate_shared<D>(q_s, nr, false, a.signs);
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;

@@ -1,22 +1,17 @@
 #pragma once
-// The rotated codecs' rotation (kv/rotation.cpp: R = H diag(signs) / sqrt(D)) of vectors held in registers, for the
-// prefill kernels: a row spread over a warp (q as it is staged) and the inverse over an MMA's C fragments (the
-// output before it is stored), with the steps of kv/rotation.cpp in its order. (The decode kernels rotate in shared
-// memory: rotate_shared.cuh.) Device code only (nvcc).
+// The rotated codecs' rotation (kv/rotation.cpp: R = H diag(signs) / sqrt(D)) of vectors held in registers, with the
+// steps of kv/rotation.cpp in its order: a row spread over a warp (the KV encode's rows, q in the decode and prefill
+// kernels, the decode merge's output) and the inverse over an MMA's C fragments (the prefill's output before it is
+// stored). Device code only (nvcc).
 #include <cuda_runtime.h>
 
 namespace kvtax::cuda::detail {
 
-// The rotation R = H diag(signs) / sqrt(D) of v, D values spread over a warp, kPer consecutive ones per lane
-// (lane l holds values kPer l ..): the fast Walsh-Hadamard steps of kv/rotation.cpp in the same order, so the
-// results are those of the separate rotation kernel it replaces, bit for bit. Butterflies within a lane first,
-// then across lanes by shuffles. n is the final factor: the KV encoder passes kv/rotation.cpp's 1 / sqrt(D).
+// The fast Walsh-Hadamard steps of kv/rotation.cpp, in its order, on D values spread over a warp, kPer consecutive
+// ones per lane (lane l holds values kPer l ..): butterflies within a lane first, then across lanes by shuffles.
 template <int D>
-__device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* signs, int lane,
-                                            float n = rsqrtf(float(D))) {
+__device__ __forceinline__ void hadamard_warp(float (&v)[D / 32], int lane) {
   constexpr int kPer = D / 32;
-#pragma unroll
-  for (int k = 0; k < kPer; ++k) v[k] *= __ldg(signs + kPer * lane + k);
 #pragma unroll
   for (int len = 1; len < kPer; len <<= 1)
 #pragma unroll
@@ -35,8 +30,29 @@ __device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* sig
       v[k] = upper ? other - v[k] : v[k] + other;
     }
   }
+}
+
+// The rotation R = H diag(signs) / sqrt(D) of v (hadamard_warp's layout; signs in global memory), with the steps of
+// kv/rotation.cpp, so the results are those of a rotation done any other way in that order, bit for bit. n is the
+// final factor: the KV encoder and the decode kernels pass kv/rotation.cpp's 1 / sqrt(D).
+template <int D>
+__device__ __forceinline__ void rotate_warp(float (&v)[D / 32], const float* signs, int lane,
+                                            float n = rsqrtf(float(D))) {
+  constexpr int kPer = D / 32;
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) v[k] *= __ldg(signs + kPer * lane + k);
+  hadamard_warp<D>(v, lane);
 #pragma unroll
   for (int k = 0; k < kPer; ++k) v[k] *= n;
+}
+
+// Its inverse: H, then diag(signs) / sqrt(D) (the decode merge's output of rotated V codecs).
+template <int D>
+__device__ __forceinline__ void unrotate_warp(float (&v)[D / 32], const float* signs, int lane, float n) {
+  constexpr int kPer = D / 32;
+  hadamard_warp<D>(v, lane);
+#pragma unroll
+  for (int k = 0; k < kPer; ++k) v[k] *= n * __ldg(signs + kPer * lane + k);
 }
 
 // The inverse rotation (kv/rotation.cpp: H, then diag(signs) / sqrt(D)) of one warp's output rows g and g + 8,
