@@ -164,16 +164,8 @@ int run(int argc, char** argv) {
               "reaches here (8192^3 bf16)\n",
               cuda::device_summary().c_str(), model_path.c_str(), c.n_layers, P / 1e9, length, flop / 1e12,
               attn_flop / 1e12, floor_s, floor_meas, measured / 1e12);
-    std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
+  std::printf("%-7s %-5s %7s %9s %9s %8s %9s %10s %9s\n", "weights", "KV", "prompt", "TTFT s", "tok/s", "x floor",
               "x cuBLAS", "attn s", "attn TF/s");
-  {
-    const GemmTimes gt = gemm_times(backend, cuda::CudaDecoder::kMaxBatch, length, nullptr);
-    std::printf("breakdown of one prefill (events, each step alone): GEMM products %.3f s (%.0f TFLOP/s over the "
-                "matmul FLOP), of which weight dequantization %.3f s; "
-                "attention per codec below; the rest of TTFT is norms, RoPE, KV encode, residuals, SwiGLU, logits "
-                "and launch gaps\n",
-                gt.gemm, gt.gemm > 0 ? 2.0 * P * L / gt.gemm / 1e12 : 0.0, gt.dequant);
-  }
   std::ofstream jf;
   if (!json.empty()) jf.open(json, std::ios::app);
   std::vector<int32_t> toks(static_cast<size_t>(length));
@@ -185,7 +177,13 @@ int run(int argc, char** argv) {
     auto* cd = static_cast<cuda::CudaDecoder*>(dec.get());
     if (chunk > 0) cd->set_prefill_chunk(chunk);
     const int mb = cd->prefill_chunk();
-    if (std::exchange(first, false)) std::printf("prefill chunk: %d rows\n", mb);
+    if (std::exchange(first, false)) {  // the GEMM side in the chunks the prefill runs (one weight type per model)
+      const GemmTimes gt = gemm_times(backend, mb, length, nullptr);
+      std::printf("prefill chunk: %d rows; breakdown of one prefill (events, each step alone): GEMM products %.3f s "
+                  "(%.0f TFLOP/s over the matmul FLOP), of which weight dequantization %.3f s; attention per codec "
+                  "below; the rest of TTFT is norms, RoPE, KV encode, residuals, SwiGLU, logits and launch gaps\n",
+                  mb, gt.gemm, gt.gemm > 0 ? 2.0 * P * L / gt.gemm / 1e12 : 0.0, gt.dequant);
+    }
     auto prefill = [&](int n) {
       dec->reset();
       for (int p = 0; p < n; p += mb) dec->eval(toks.data() + p, std::min(mb, n - p), logits.data());

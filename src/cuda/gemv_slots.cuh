@@ -147,7 +147,6 @@ struct Slot<GgmlType::Q8_0> {
   }
 };
 
-
 // 16-bit float weights: a slot is 8 values (16 bytes), a unit 128 slots (2 KB: the products are cheap, so a unit
 // carries more bytes per lane than the quantized ones).
 template <GgmlType T>

@@ -19,6 +19,7 @@
 #include "cuda/gemv_slots.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/runtime.h"
 
 namespace kvtax::cuda::detail {
 
@@ -174,12 +175,10 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
     if (auto it = resident.find(smem); it != resident.end()) {
       fit = it->second;
     } else {
-      int dev = 0, sms = 0, per_sm = 0;
-      if (cudaError_t e = cudaGetDevice(&dev); e != cudaSuccess) return e;
-      if (cudaError_t e = cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, dev); e != cudaSuccess) return e;
+      int per_sm = 0;
       if (cudaError_t e = cudaOccupancyMaxActiveBlocksPerMultiprocessor(&per_sm, k, kThreads, smem); e != cudaSuccess)
         return e;
-      fit = resident[smem] = per_sm * sms;
+      fit = resident[smem] = per_sm * sm_count();
     }
   }
   const int grid = RES ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));

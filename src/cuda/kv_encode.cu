@@ -5,8 +5,8 @@
 #include <cuda_runtime.h>
 
 #include "cuda/attention_launch.h"
-#include "cuda/mma.cuh"
 #include "cuda/kv_encode_launch.h"
+#include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/rope.cuh"
 #include "cuda/rotate_regs.cuh"
