@@ -162,9 +162,10 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
 // chunks. Up to kBatch chunks the arithmetic is the same: maximum over the chunks, then the sums in chunk order.
 template <int D, bool kRotated>
 __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
-  constexpr int kRow = D + 2, kBatch = D >= 256 ? 32 : 64;  // <= 33 KB of staged rows
+  constexpr int kRow = D + 2, kBatch = merge_batch(D);
   __shared__ __align__(16) float stage[kBatch * kRow];
   __shared__ float o_s[D];
+  static_assert(sizeof(stage) + sizeof(o_s) == merge_smem_bytes(D));
   pdl_trigger();  // the GEMV after it may start streaming its weights (pdl.cuh)
   pdl_wait();     // the partials come from the split kernel
   const int head = blockIdx.x, dd = threadIdx.x, n = a.n_splits;

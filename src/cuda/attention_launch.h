@@ -14,6 +14,10 @@ constexpr int kDecodeThreads = 128;
 constexpr int kMaxGroupRows = 8;  // query heads of one GQA group handled by one block of the scalar kernel
 constexpr int kMmaGroupRows = 16;  // ... of the tensor-core kernel (the M rows of mma.sync m16n8k16)
 constexpr int kChunkAlign = 16;    // context chunks start at multiples of this (the tensor-core kernel's tile)
+// The decode merge stages up to merge_batch chunks' partials (head_dim + 2 floats each) per memory round trip; its
+// block's shared memory, which the split kernel's rings leave room for where they can (attention_mma.cu).
+constexpr int merge_batch(int d) { return d >= 256 ? 32 : 64; }
+constexpr int merge_smem_bytes(int d) { return merge_batch(d) * (d + 2) * 4 + d * 4; }
 
 // Codecs the tensor-core kernel decodes (to f16 tiles). f32 stays on the scalar f32 kernel, whose result is exact
 // to f32 rounding; bf16 values can exceed the f16 range.

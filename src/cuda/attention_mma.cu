@@ -36,6 +36,23 @@ static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
 
 constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
 
+// Stages of a split kernel's ring, per warp: as many as the shared memory of min_blocks blocks per SM holds (227 KB
+// per SM, 1 KB of it reserved per block; 256 bytes of static arrays), 2 to 6. A warp has (stages - 1) tiles in
+// flight, and the bytes in flight per SM are what a memory-bound loop waits on (Little's law: ~3 us of loaded
+// latency x 30 GB/s per SM ~ 100 KB). Where the cap of 6 lets more blocks than min_blocks fit (small rows: q4,
+// q4r), a shorter ring that fits as many also leaves room for a block of the merge kernel, if there is one: the
+// merge's blocks start while the split kernel runs (pdl.cuh), and the next split's blocks start while the merge
+// runs; with no room beside it, q4r's attention took 75 us at 128k instead of 65 (H200, session 14).
+constexpr int ring_stages(int raw, int decoded, int min_blocks, int d) {
+  constexpr int kSm = 227 << 10, kBlockExtra = (1 << 10) + 256;
+  auto block = [&](int s) { return kWarps * (s * raw + decoded) + kBlockExtra; };
+  const int budget = ((kSm / min_blocks - kBlockExtra) / kWarps - decoded) / raw;
+  const int stages = budget < 2 ? 2 : budget > 6 ? 6 : budget, fit = kSm / block(stages);
+  for (int s = stages; s > 2 && fit > min_blocks && kSm / block(s) == fit; --s)
+    if (fit * block(s) + merge_smem_bytes(d) + (1 << 10) <= kSm) return s;
+  return stages;
+}
+
 // kSwap: the GQA kernel (kKReg codecs, groups of up to 8 query heads): S^T = K Q^T and O^T = V^T P^T, the tile's
 // 16 tokens (and O's dims) as the M rows of m16n8k16, the group's heads as its 8 columns. Half the MMAs of the
 // heads-as-rows form (whose M rows are mostly padding for groups of 4) and half the accumulator registers.
@@ -66,11 +83,8 @@ struct Cfg {
   static constexpr bool kTq = C == CodecId::tq4 || C == CodecId::tq3;
   static constexpr int kMinBlocks = !kSwap && D >= 256 ? 1 : kTq ? 3 : 2;
   static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
-  // Stages of the ring: as many as the shared memory of kMinBlocks blocks per SM holds (227 KB per SM, 1 KB of it
-  // reserved per block), 2 to 6. A warp has (kStages - 1) tiles in flight, and the bytes in flight per SM are
-  // what a memory-bound loop waits on (Little's law: ~3 us of loaded latency x 30 GB/s per SM ~ 100 KB).
-  static constexpr int kWarpBudget = ((227 << 10) / kMinBlocks - (1 << 10) - 256) / kWarps - kDecoded;
-  static constexpr int kStages = kWarpBudget / kRaw < 2 ? 2 : kWarpBudget / kRaw > 6 ? 6 : kWarpBudget / kRaw;
+  // Stages of the ring (ring_stages): as many as the shared memory of kMinBlocks blocks per SM holds, 2 to 6.
+  static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D);
   static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
   // a quarter of its loop); f16 keeps the per-lane copies, which write the swizzled layout its ldmatrix reads need.
@@ -693,26 +707,22 @@ cudaError_t prepared() {
   return e;
 }
 
-// The GQA form where it applies: register-fed codecs but fp8, groups of up to 8 query heads (KVTAX_DECODE_GQA=0:
-// never). On the H200 (2026-12-01, llama3-8b shape, docs/perf.md "Session 9") it took q4 from 69.2 to 62.5 us at
-// 128k, q4r from 77.4 to 69.9 and q8 at 32k from 33.9 to 31.2, while fp8 lost (28.9 -> 30.4 us at 32k).
-template <CodecId C>
-constexpr bool kGqaForm = C != CodecId::fp8;
-
-// KVTAX_DECODE_GQA: 0 never, 1 (default) the codecs of kGqaForm, 2 every register-fed codec (measurements).
-int gqa_mode() {
-  static const int mode = [] {
+// The GQA form for every register-fed codec when a group has up to 8 query heads (KVTAX_DECODE_GQA=0: never, for
+// measurements). H200: it took q4 from 69.2 to 62.5 us at 128k and q4r from 77.4 to 69.9 (session 9); fp8, which
+// lost in it at 3 blocks per SM, gains at 2: 78.4 -> 76.4 us at 128k, 26.6 -> 25.9 at 32k (session 14).
+bool gqa_enabled() {
+  static const bool on = [] {
     const char* e = std::getenv("KVTAX_DECODE_GQA");
-    return !e ? 1 : std::string(e) == "0" ? 0 : std::string(e) == "2" ? 2 : 1;
+    return !e || std::string(e) != "0";
   }();
-  return mode;
+  return on;
 }
 
 // Calls f.template operator()<kSwap>() with the form the launch takes.
 template <CodecId C, int D, class F>
 cudaError_t with_form(int n_rep, const F& f) {
   if constexpr (Cfg<C, D>::kKReg) {
-    if (n_rep <= 8 && (gqa_mode() == 2 || (gqa_mode() == 1 && kGqaForm<C>))) return f.template operator()<true>();
+    if (n_rep <= 8 && gqa_enabled()) return f.template operator()<true>();
   }
   return f.template operator()<false>();
 }
