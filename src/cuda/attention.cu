@@ -163,9 +163,9 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
 template <int D, bool kRotated>
 __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   constexpr int kRow = D + 2, kBatch = merge_batch(D);
-  __shared__ __align__(16) float stage[kBatch * kRow];
+  extern __shared__ __align__(16) float stage[];  // min(n_splits, kBatch) rows: merge_stage_bytes
   __shared__ float o_s[D];
-  static_assert(sizeof(stage) + sizeof(o_s) == merge_smem_bytes(D));
+  static_assert(kBatch * kRow * 4 + sizeof(o_s) == merge_smem_bytes(D));
   pdl_trigger();  // the GEMV after it may start streaming its weights (pdl.cuh)
   pdl_wait();     // the partials come from the split kernel
   const int head = blockIdx.x, dd = threadIdx.x, n = a.n_splits;
@@ -246,7 +246,13 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
     }
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
-  return launch_pdl(merge_kernel<D, is_rotated(C)>, a.n_kv_heads * a.n_rep, D, st, a);
+  // The merge's stage holds as many chunks as there are for fp8 and q8, so that at 33 chunks its block fits beside
+  // their two blocks per SM, and all kBatch otherwise: fp8 and q8 run faster with the merge's block beside theirs,
+  // f16 and q4r (at 2k) slower, not understood (H200, session 14 call 7: fp8 2k 8.9 -> 7.6 us, 128k 74.1 -> 73.1;
+  // q8 alike; f16 2k 9.6 -> 11.9, 128k 124.6 -> 126.8; q4r 2k 12.8 -> 14.4).
+  constexpr bool kSized = C == CodecId::fp8 || C == CodecId::q8;
+  const int stage_bytes = merge_stage_bytes(D, kSized ? a.n_splits : merge_batch(D));
+  return launch_pdl_smem(merge_kernel<D, is_rotated(C)>, a.n_kv_heads * a.n_rep, D, stage_bytes, st, a);
 }
 
 }  // namespace

@@ -18,6 +18,10 @@ constexpr int kChunkAlign = 16;    // context chunks start at multiples of this 
 // block's shared memory, which the split kernel's rings leave room for where they can (attention_mma.cu).
 constexpr int merge_batch(int d) { return d >= 256 ? 32 : 64; }
 constexpr int merge_smem_bytes(int d) { return merge_batch(d) * (d + 2) * 4 + d * 4; }
+// Its staged rows (dynamic shared memory) for n chunks.
+constexpr int merge_stage_bytes(int d, int n) {
+  return (n < merge_batch(d) ? n : merge_batch(d)) * (d + 2) * 4;
+}
 
 // Codecs the tensor-core kernel decodes (to f16 tiles). f32 stays on the scalar f32 kernel, whose result is exact
 // to f32 rounding; bf16 values can exceed the f16 range.
