@@ -247,9 +247,9 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
     if (const cudaError_t e = cudaGetLastError(); e != cudaSuccess) return e;
   }
   // The merge's stage holds as many chunks as there are for fp8 and q8, so that at 33 chunks its block fits beside
-  // their two blocks per SM, and all kBatch otherwise: fp8 and q8 run faster with the merge's block beside theirs,
-  // f16 and q4r (at 2k) slower, not understood (H200, session 14 call 7: fp8 2k 8.9 -> 7.6 us, 128k 74.1 -> 73.1;
-  // q8 alike; f16 2k 9.6 -> 11.9, 128k 124.6 -> 126.8; q4r 2k 12.8 -> 14.4).
+  // their two blocks per SM, and kBatch chunks otherwise. H200, session 14: fp8 and q8 run faster with the merge's
+  // block beside theirs (call 7: fp8 2k 8.9 -> 7.6 us, 128k 74.1 -> 73.1; q8 alike); f16 and q4r at 2k slower
+  // (call 9, every kernel at the largest carveout: f16 7.9 -> 8.4 us, q4r 10.9 -> 11.4).
   constexpr bool kSized = C == CodecId::fp8 || C == CodecId::q8;
   const int stage_bytes = merge_stage_bytes(D, kSized ? a.n_splits : merge_batch(D));
   return launch_pdl_smem(merge_kernel<D, is_rotated(C)>, a.n_kv_heads * a.n_rep, D, stage_bytes, st, a);

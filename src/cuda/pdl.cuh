@@ -3,12 +3,16 @@
 // in the stream still runs; it must call pdl_wait() before it reads what that kernel wrote or writes anything
 // that kernel reads. Work that needs neither (prefetching weights into L2) goes before the wait. A kernel that
 // calls pdl_trigger() lets the next PDL kernel's blocks start early (the one-block norm does: the GEMV after it
-// then streams weights while the norm runs). KVTAX_CUDA_PDL=0 launches everything plainly.
+// then streams weights while the norm runs). KVTAX_CUDA_PDL=0 launches everything plainly. Every kernel launched
+// here takes the largest shared-memory carveout (runtime.h's prefer_max_shared), so that its blocks can start on an
+// SM beside the blocks of the kernel before it.
 #include <cuda_runtime.h>
 
 #include <cstdlib>
 #include <string>
 #include <utility>
+
+#include "cuda/runtime.h"
 
 namespace kvtax::cuda::detail {
 
@@ -47,6 +51,7 @@ inline bool pdl_enabled() {
 template <class... Params, class... Args>
 cudaError_t launch_pdl_smem(void (*kernel)(Params...), dim3 grid, dim3 block, size_t smem, cudaStream_t s,
                             Args&&... args) {
+  if (const cudaError_t e = prefer_max_shared(reinterpret_cast<const void*>(kernel)); e != cudaSuccess) return e;
   cudaLaunchConfig_t cfg{};
   cfg.gridDim = grid;
   cfg.blockDim = block;

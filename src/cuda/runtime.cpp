@@ -2,6 +2,10 @@
 
 #include <fmt/format.h>
 
+#include <cstdlib>
+#include <mutex>
+#include <unordered_set>
+
 #include "core/error.h"
 #include "engine/device.h"
 
@@ -27,6 +31,22 @@ int sm_count() {
   check(cudaGetDevice(&dev), "cudaGetDevice");
   check(cudaDeviceGetAttribute(&n, cudaDevAttrMultiProcessorCount, dev), "multiprocessor count");
   return n;
+}
+
+cudaError_t prefer_max_shared(const void* kernel) {
+  static const bool on = [] {
+    const char* e = std::getenv("KVTAX_CUDA_CARVEOUT");
+    return !e || std::string(e) != "0";
+  }();
+  if (!on) return cudaSuccess;
+  static std::mutex mu;
+  static std::unordered_set<const void*> done;
+  std::lock_guard<std::mutex> lock(mu);
+  if (done.count(kernel)) return cudaSuccess;
+  const cudaError_t e =
+      cudaFuncSetAttribute(kernel, cudaFuncAttributePreferredSharedMemoryCarveout, cudaSharedmemCarveoutMaxShared);
+  if (e == cudaSuccess) done.insert(kernel);
+  return e;
 }
 
 std::string device_summary() {

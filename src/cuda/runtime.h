@@ -13,6 +13,10 @@ bool available();
 // "NVIDIA H200, 132 SMs, sm_90, 139.8 GiB" for logs and results.
 std::string device_summary();
 int sm_count();
+// Asks for the largest shared-memory carveout for `kernel`, once per kernel; KVTAX_CUDA_CARVEOUT=0 leaves the
+// driver's choice. An SM runs blocks of one carveout at a time, so a kernel the driver gave a smaller one cannot
+// start beside the blocks of the kernel before it, which programmatic dependent launch (pdl.cuh) relies on.
+cudaError_t prefer_max_shared(const void* kernel);
 
 // Throws kvtax::Error naming `what` when e is not cudaSuccess.
 void check(cudaError_t e, const char* what);
