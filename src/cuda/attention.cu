@@ -163,7 +163,7 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
 template <int D, bool kRotated>
 __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
   constexpr int kRow = D + 2, kBatch = merge_batch(D);
-  extern __shared__ __align__(16) float stage[];  // min(n_splits, kBatch) rows: merge_stage_bytes
+  extern __shared__ __align__(16) float stage[];  // at least min(n_splits, kBatch) rows (launch_codec_dim)
   __shared__ float o_s[D];
   static_assert(kBatch * kRow * 4 + sizeof(o_s) == merge_smem_bytes(D));
   pdl_trigger();  // the GEMV after it may start streaming its weights (pdl.cuh)

@@ -4,8 +4,8 @@
 // that kernel reads. Work that needs neither (prefetching weights into L2) goes before the wait. A kernel that
 // calls pdl_trigger() lets the next PDL kernel's blocks start early (the one-block norm does: the GEMV after it
 // then streams weights while the norm runs). KVTAX_CUDA_PDL=0 launches everything plainly. Every kernel launched
-// here takes the largest shared-memory carveout (runtime.h's prefer_max_shared), so that its blocks can start on an
-// SM beside the blocks of the kernel before it.
+// here takes the largest shared-memory carveout (runtime.h's prefer_max_shared): one L1 / shared split for all lets
+// their blocks overlap on an SM.
 #include <cuda_runtime.h>
 
 #include <cstdlib>

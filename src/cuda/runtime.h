@@ -13,9 +13,10 @@ bool available();
 // "NVIDIA H200, 132 SMs, sm_90, 139.8 GiB" for logs and results.
 std::string device_summary();
 int sm_count();
-// Asks for the largest shared-memory carveout for `kernel`, once per kernel; KVTAX_CUDA_CARVEOUT=0 leaves the
-// driver's choice. An SM runs blocks of one carveout at a time, so a kernel the driver gave a smaller one cannot
-// start beside the blocks of the kernel before it, which programmatic dependent launch (pdl.cuh) relies on.
+// Asks for the largest shared-memory carveout (the L1 / shared split) for `kernel`, once per kernel;
+// KVTAX_CUDA_CARVEOUT=0 leaves it to the driver, which sizes it per kernel. Kernels with different splits overlapped
+// less under programmatic dependent launch (pdl.cuh): H200, session 14, f16 decode attention at 2k 9.7 -> 7.9 us,
+// q4r at 32k 29.1 -> 25.7, with one split for all.
 cudaError_t prefer_max_shared(const void* kernel);
 
 // Throws kvtax::Error naming `what` when e is not cudaSuccess.
