@@ -242,6 +242,9 @@ TEST(CudaFused, GemvEpilogueIsTheAddAndNorm) {
   uint32_t seed = 2000;
   const int d = 1024, k = 512, m = 96;  // producer d x k; readers m x d
   const float eps = 1e-5f;
+  struct StagedAgain {  // the default kernel again for the tests after this one, also when a call here throws
+    ~StagedAgain() { cuda::set_gemv_staged(true); }
+  } staged_again;
   for (const bool staged : {true, false})  // both quantized kernels (cuda/gemv.h)
   for (GgmlType pt : {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
     cuda::set_gemv_staged(staged);
@@ -292,7 +295,6 @@ TEST(CudaFused, GemvEpilogueIsTheAddAndNorm) {
     cuda::gemv(gu, xb2.as<float>(), z2.as<float>(), s.get(), nullptr, r);
     EXPECT_LE(max_rel_diff(download(z2, m), download(z1, m)), 4e-6) << ggml_type_name(pt) << " -> pairs";
   }
-  cuda::set_gemv_staged(true);
 }
 
 TEST(CudaFused, RejectsFusionsATypeCannotDo) {
