@@ -19,8 +19,10 @@
 #include <string>
 
 #include "cuda/attention_launch.h"
+#include "cuda/kv_encode_row.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
+#include "cuda/rope.cuh"
 #include "cuda/rotate_regs.cuh"
 #include "kv/codecs/layout.h"
 
@@ -332,8 +334,36 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
   }
 }
 
-// grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8).
-template <CodecId C, int D, bool kSwap>
+// Shared memory one warp's encode of a row takes: the row as floats, its bytes, its codes (kv_encode_row.cuh).
+template <int D>
+constexpr int kEncodeScratch = D * 4 + (D * 4 + 16) + D;
+
+// The new token's K (is_v 0: RoPE first) or V row of KV head h, encoded by one warp as encode_kernel does
+// (kv_encode.cu: the same steps, so the same bytes) and written into its page at pos.
+template <CodecId C, int D>
+__device__ __forceinline__ void encode_new_row(const DecodeArgs& a, int h, int pos, int is_v, uint8_t* scratch) {
+  const int lane = threadIdx.x % 32;
+  float* xs = reinterpret_cast<float*>(scratch);
+  uint8_t* row = scratch + D * 4;
+  uint8_t* codes = row + D * 4 + 16;
+  const float* src = (is_v ? a.v_new : a.k_new) + size_t(h) * D;
+  for (int i = lane; i < D; i += 32) xs[i] = src[i];
+  __syncwarp();
+  if (!is_v) {
+    for (int i = lane; i < a.rope.dim / 2; i += 32) rope_pair(xs, i, pos, a.rope);
+    __syncwarp();
+  }
+  encode_row<C, D>(D, xs, row, codes, a.enc);
+  // The pages are the decoder's, writable; the kernel otherwise only reads them.
+  uint8_t* dst = const_cast<uint8_t*>(a.pool) + size_t(a.pages[pos >> kPageShift]) * a.page_bytes +
+                 (is_v ? a.v_offset : 0) + size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
+  for (int i = lane; i < int(a.row_bytes / 4); i += 32)
+    reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(row)[i];
+}
+
+// grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8). kEnc: the step's new
+// token is encoded here (DecodeArgs::k_new), a separate instance so that the other launches run the code without it.
+template <CodecId C, int D, bool kSwap, bool kEnc = false>
 __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
   using G = Cfg<C, D, kSwap>;
   static_assert(!kSwap || G::kKReg, "the GQA form decodes K and V straight into fragments");
@@ -378,23 +408,38 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   pdl_trigger();  // the merge may launch: it waits for this whole grid
   pdl_wait();
 
-  // The A fragments (f16) of the group's q rows, scaled by log2 e / sqrt(D) (and rotated). Rotated codecs rotate
-  // the rows in shared memory first, where the stages go; the others read their fragments from global memory,
-  // issued before the first tiles' copies so that both round trips overlap (packed after the copies are issued).
+  // The step's new K and V rows (DecodeArgs::k_new): encoded here by the block whose chunk holds the last
+  // position, warp 0 K and warp 1 V, in shared memory where the stages go, before any copy reads the pages.
+  if constexpr (kEnc) {
+    if (c0 < c1 && c1 == len && blockIdx.z == 0) {
+      if (warp < 2) encode_new_row<C, D>(a, h, len - 1, warp, smem + warp * kEncodeScratch<D>);
+      fence_proxy_async_global();  // the bulk copies below read those bytes
+      __syncthreads();
+    }
+  }
+
+  // The A fragments (f16) of the group's q rows, scaled by log2 e / sqrt(D) (and rotated). Rotated codecs, and
+  // every codec when q still needs RoPE (k_new), stage the rows in shared memory first, a warp per row in
+  // registers, where the stages go; the others read their fragments from global memory, issued before the first
+  // tiles' copies so that both round trips overlap (packed after the copies are issued).
   const float qscale = rsqrtf(float(D)) * kLog2e;
   uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
-  if constexpr (is_rotated(C)) {
-    // Warp w rotates rows w, w + kWarps, ... in registers (rotate_regs.cuh); the fragments are gathered from q_s.
+  constexpr bool kStaged = is_rotated(C) || kEnc;
+  if constexpr (kStaged) {
     float* q_s = reinterpret_cast<float*>(smem);
     constexpr int kPer = D / 32;
     for (int r = warp; r < kRows; r += kWarps) {
       float v[kPer];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k)
-        v[k] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + kPer * lane + k] * qscale : 0.0f;
-      if (r < nr) rotate_warp<D>(v, a.signs, lane, 1.0f / sqrtf(float(D)));
+      for (int k = 0; k < kPer; ++k) v[k] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + kPer * lane + k] : 0.0f;
+      if (kEnc && r < nr) rope_warp<D>(v, lane, len - 1, a.rope);
+#pragma unroll
+      for (int k = 0; k < kPer; ++k) v[k] *= qscale;
+      if constexpr (is_rotated(C)) {
+        if (r < nr) rotate_warp<D>(v, a.signs, lane, 1.0f / sqrtf(float(D)));
+      }
 #pragma unroll
       for (int k = 0; k < kPer; ++k) q_s[r * D + kPer * lane + k] = v[k];
     }
@@ -453,7 +498,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 #pragma unroll
   for (int j = 0; j < G::kStages - 1; ++j) issue(j, pg[j]);
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
-  if constexpr (!is_rotated(C)) {
+  if constexpr (!kStaged) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
@@ -700,10 +745,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 }
 
 // The kernel with its dynamic shared memory allowed (once per instantiation).
-template <CodecId C, int D, bool kSwap>
+template <CodecId C, int D, bool kSwap, bool kEnc = false>
 cudaError_t prepared() {
   static const cudaError_t e = cudaFuncSetAttribute(
-      mma_split_kernel<C, D, kSwap>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
+      mma_split_kernel<C, D, kSwap, kEnc>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
   return e;
 }
 
@@ -730,8 +775,15 @@ cudaError_t with_form(int n_rep, const F& f) {
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   return with_form<C, D>(a.n_rep, [&]<bool kSwap>() {
-    if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
     const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
+    if (a.k_new) {
+      if constexpr (fuses_encode(C)) {
+        if (cudaError_t e = prepared<C, D, kSwap, true>(); e != cudaSuccess) return e;
+        return launch_pdl_smem(mma_split_kernel<C, D, kSwap, true>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
+      }
+      return cudaErrorInvalidValue;
+    }
+    if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
     return launch_pdl_smem(mma_split_kernel<C, D, kSwap>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
   });
 }

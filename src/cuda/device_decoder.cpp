@@ -88,6 +88,7 @@ void CudaDecoder::init() {
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_.assign(3 * kMaxBatch, 0);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
+  if (const char* e = std::getenv("KVTAX_FUSED_ENCODE")) fused_encode_ = std::string(e) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p :
        {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_})
@@ -335,11 +336,14 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       check(ops::rmsnorm(q, w.q_norm.as<float>(), q, nh, hd, eps, s), "q norm");
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, nkv, hd, eps, s), "k norm");
     }
-    encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);  // RoPE on q and k, k and v into the cache
+    // RoPE on q and k, k and v into the cache: in the attention's split kernel where it can, else a kernel first.
+    const KvView kvl = host_len > 0 ? view(l, host_len) : view(l, 1, len);
+    const bool fuse = fused_encode_ && decode_encodes(kvl, nh, b_.rope());
+    if (!fuse) encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);
+    const NewToken fresh{k, v, &b_.rope()};
     // A quantized wo takes att's int8 codes from the attention's merge, not from a pass of its own.
     const bool wo_codes = gemv_quantizes_x(w.wo->type());
-    decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s,
-                     wo_codes ? gs : nullptr);
+    decode_attention(kvl, q, nh, att, attn_scratch_.get(), s, wo_codes ? gs : nullptr, fuse ? &fresh : nullptr);
     end_block(*w.wo, att, GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w), fused_norm_);
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.

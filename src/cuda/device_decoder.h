@@ -97,6 +97,7 @@ class CudaDecoder : public DeviceDecoder {
   // The normed x's int8 codes (the GEMVs after a norm read them; gemv_scratch_ holds the other inputs' codes, so a
   // GEMV's residual epilogue never overwrites codes its own blocks still read), and its blocks' sums of squares.
   Buffer norm_scratch_, ss_part_;
+  bool fused_encode_ = true;  // the step's KV encode and RoPE in the attention (KVTAX_FUSED_ENCODE=0: a kernel)
   bool fused_norm_ = true;  // the residual adds and norms run in the wo / down GEMVs (KVTAX_FUSED_NORM=0: kernels)
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   std::vector<int32_t> io_host_;

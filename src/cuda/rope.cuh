@@ -1,7 +1,8 @@
 #pragma once
 // One rotary pair of one head vector, in the CPU's float steps (theta multiplied pair by pair, so only
-// sinf/cosf differ, <= 2 ulp). One definition for the rope kernel (ops.cu) and the KV encoder that rotates k as
-// it encodes it (kv_encode.cu), so the fused and the separate paths give the same floats.
+// sinf/cosf differ, <= 2 ulp). One definition for the rope kernel (ops.cu), the KV encoder that rotates k as it
+// encodes it (kv_encode.cu) and the decode split kernel that rotates q itself (attention_mma.cu), so the fused and
+// the separate paths give the same floats.
 #include <cuda_runtime.h>
 
 #include "cuda/ops.h"
@@ -29,6 +30,43 @@ __device__ __forceinline__ void rope_rotate(float* v, int i, float2 cs, const op
 // v: one head's values; i < p.dim / 2.
 __device__ __forceinline__ void rope_pair(float* v, int i, int pos, const ops::RopeParams& p) {
   rope_rotate(v, i, rope_cos_sin(i, pos, p), p);
+}
+
+// RoPE of one head's values spread over a warp, kPer = D / 32 consecutive ones per lane (rotate_regs.cuh's layout),
+// by rope_rotate's steps: adjacent pairs within a lane; NeoX pairs half / kPer lanes apart (half a multiple of kPer:
+// attention.cpp checks).
+template <int D>
+__device__ __forceinline__ void rope_warp(float (&v)[D / 32], int lane, int pos, const ops::RopeParams& p) {
+  constexpr int kPer = D / 32;
+  static_assert(kPer % 2 == 0, "adjacent pairs within a lane");
+  const int half = p.dim / 2;
+  if (!p.neox) {
+#pragma unroll
+    for (int k = 0; k < kPer; k += 2) {
+      const int e = kPer * lane + k;
+      if (e < p.dim) {
+        const float2 cs = rope_cos_sin(e / 2, pos, p);
+        const float x0 = v[k], x1 = v[k + 1];
+        v[k] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+        v[k + 1] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+      }
+    }
+  } else {
+    const int dl = half / kPer;
+#pragma unroll
+    for (int k = 0; k < kPer; ++k) {
+      const int e = kPer * lane + k;
+      const int src = e < half ? lane + dl : e < p.dim ? lane - dl : lane;
+      const float o = __shfl_sync(0xffffffffu, v[k], src);
+      if (e < half) {
+        const float2 cs = rope_cos_sin(e, pos, p);
+        v[k] = __fsub_rn(__fmul_rn(v[k], cs.x), __fmul_rn(o, cs.y));
+      } else if (e < p.dim) {
+        const float2 cs = rope_cos_sin(e - half, pos, p);
+        v[k] = __fadd_rn(__fmul_rn(o, cs.y), __fmul_rn(v[k], cs.x));
+      }
+    }
+  }
 }
 
 }  // namespace kvtax::cuda::detail

@@ -5,8 +5,10 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
+#include <string>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda/kv_encode.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
@@ -111,6 +113,90 @@ TEST(CudaKvEncode, FusedRopeMatchesRopeThenEncode) {
       const auto row = got[1].begin() + std::ptrdiff_t(size_t(pos % P) * rb);
       EXPECT_FALSE(std::all_of(row, row + std::ptrdiff_t(rb), [](uint8_t b) { return b == 0x5a; }))
           << kv::codec(c).name;
+    }
+}
+
+// decode_attention with the new token (NewToken): the split kernel RoPEs q and k and encodes k and v itself. The
+// pages and the output equal, bit for bit, encode_kv_rope then decode_attention, for the same three rotations; q is
+// left as it was; through the device length (the graph path: other chunks) the output agrees to rounding. The codecs
+// that keep the encode kernel (attention_launch.h's fuses_encode) refuse a NewToken with an error.
+TEST(CudaKvEncode, AttentionEncodesTheNewToken) {
+  REQUIRE_GPU();
+  const int d = 128, nq = 32, nkv = 8, P = cuda::kv_page_tokens();
+  std::vector<float> factors(d / 2);
+  for (int i = 0; i < d / 2; ++i) factors[size_t(i)] = 1.0f + 0.125f * float(i % 7);
+  cuda::Buffer fd(factors.size() * 4);
+  fd.upload(factors.data(), factors.size() * 4);
+  uint64_t seed = 91;
+  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q8, kv::CodecId::q4r, kv::CodecId::tq3})
+    for (int variant = 0; variant < 3; ++variant) {
+      SCOPED_TRACE(std::string(kv::codec(c).name) + " variant " + std::to_string(variant));
+      cuda::ops::RopeParams rp;
+      rp.neox = variant == 1;
+      rp.dim = variant == 1 ? 64 : d;
+      rp.theta_scale = std::pow(500000.0f, -2.0f / float(rp.dim));
+      rp.factor = variant == 2 ? fd.as<float>() : nullptr;
+      const int len = P + 100 + 37 * variant;  // the new token in the table's second entry
+      const auto q = kvtax::testing::gaussian(size_t(nq) * d, seed++, 1.0f);
+      const auto old_kv = kvtax::testing::gaussian(size_t(2 * (len - 1) * nkv) * d, seed++, 1.0f);
+      const auto new_kv = kvtax::testing::gaussian(size_t(2 * nkv) * d, seed++, 1.0f);
+      const size_t page = cuda::kv_page_bytes(c, nkv, d), rb = kv::codec(c).row_bytes(d);
+      const bool fused = c == kv::CodecId::fp8;
+      const cuda::KvView shape{c, nkv, d, len, rb, page, nullptr, nullptr, 3 * P};
+      EXPECT_EQ(cuda::decode_encodes(shape, nq, rp), fused);
+      EXPECT_FALSE(cuda::decode_encodes(shape, 17 * nkv, rp)) << "two row groups per KV head";
+      std::vector<int32_t> table = {2, 0, 1};
+      cuda::Buffer tab(12), lend(4);
+      tab.upload(table.data(), 12);
+      lend.upload(&len, 4);
+      std::vector<uint8_t> pages[3];
+      std::vector<float> out[3], qafter;
+      for (int path = 0; path < 3; ++path) {  // 0: encode_kv_rope first; 1: fused; 2: fused, device length
+        cuda::Buffer qd(q.size() * 4), ok(old_kv.size() / 2 * 4), ov(old_kv.size() / 2 * 4), kd(size_t(nkv) * d * 4),
+            vd(size_t(nkv) * d * 4), pool(3 * page), o(q.size() * 4);
+        qd.upload(q.data(), q.size() * 4);
+        ok.upload(old_kv.data(), old_kv.size() / 2 * 4);
+        ov.upload(old_kv.data() + old_kv.size() / 2, old_kv.size() / 2 * 4);
+        kd.upload(new_kv.data(), size_t(nkv) * d * 4);
+        vd.upload(new_kv.data() + size_t(nkv) * d, size_t(nkv) * d * 4);
+        pool.fill(0x5a);
+        o.fill(0xff);
+        const cuda::KvTarget t{c, nkv, d, rb, page, pool.as<uint8_t>(), tab.as<int32_t>()};
+        cuda::encode_kv(t, ok.as<float>(), ov.as<float>(), len - 1, 0);
+        cuda::KvView kv{c, nkv, d, len, rb, page, pool.as<uint8_t>(), tab.as<int32_t>(), 3 * P};
+        if (path == 2) kv.len_dev = lend.as<int>();
+        cuda::Buffer scratch(cuda::decode_scratch_bytes(kv, nq));
+        const cuda::NewToken fresh{kd.as<float>(), vd.as<float>(), &rp};
+        if (!fused && path > 0) {
+          EXPECT_THROW(cuda::decode_attention(kv, qd.as<float>(), nq, o.as<float>(), scratch.get(), nullptr, nullptr,
+                                              &fresh),
+                       Error);
+          break;
+        }
+        if (path == 0) {
+          cuda::encode_kv_rope(t, qd.as<float>(), nq, kd.as<float>(), vd.as<float>(), 1, len - 1, rp);
+          cuda::decode_attention(kv, qd.as<float>(), nq, o.as<float>(), scratch.get());
+        } else {
+          cuda::decode_attention(kv, qd.as<float>(), nq, o.as<float>(), scratch.get(), nullptr, nullptr, &fresh);
+        }
+        cuda::check(cudaDeviceSynchronize(), "new token test");
+        pages[path].resize(3 * page);
+        pool.download(pages[path].data(), pages[path].size());
+        out[path].resize(q.size());
+        o.download(out[path].data(), q.size() * 4);
+        if (path == 1) {
+          qafter.resize(q.size());
+          qd.download(qafter.data(), q.size() * 4);
+        }
+      }
+      if (!fused) continue;
+      EXPECT_EQ(pages[1], pages[0]);
+      EXPECT_EQ(pages[2], pages[0]);
+      EXPECT_EQ(out[1], out[0]);
+      EXPECT_EQ(qafter, q) << "q changed in memory";
+      const std::vector<double> ref(out[0].begin(), out[0].end());
+      EXPECT_LE(kvtax::testing::rel_l2(out[2], ref), 2e-3);
+      EXPECT_TRUE(std::all_of(out[1].begin(), out[1].end(), [](float x) { return std::isfinite(x); }));
     }
 }
 
