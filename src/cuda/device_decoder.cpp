@@ -314,6 +314,7 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     gemv(w, xb, out, ns, s, read_xb(GemvFusion{nullptr, gemv_quantizes_x(w.type())}));
   };
 
+  const bool fuse = fused_encode();  // the KV encode inside the attention
   const DeviceWeight& E = b_.embedding();
   check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
   const auto& layers = b_.layers();
@@ -338,7 +339,6 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     }
     // RoPE on q and k, k and v into the cache: in the attention's split kernel where it can, else a kernel first.
     const KvView kvl = host_len > 0 ? view(l, host_len) : view(l, 1, len);
-    const bool fuse = fused_encode_ && decode_encodes(kvl, nh, b_.rope());
     if (!fuse) encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);
     const NewToken fresh{k, v, &b_.rope()};
     // A quantized wo takes att's int8 codes from the attention's merge, not from a pass of its own.

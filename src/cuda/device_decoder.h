@@ -69,6 +69,10 @@ class CudaDecoder : public DeviceDecoder {
   int prefill_chunk() const { return chunk_; }
   // Whether the decode step runs its residual adds and norms inside the wo / down GEMVs (KVTAX_FUSED_NORM).
   bool fused_norm() const { return fused_norm_; }
+  // Whether the step's KV encode runs inside the attention (decode_encodes; KVTAX_FUSED_ENCODE=0: never).
+  bool fused_encode() const {
+    return fused_encode_ && decode_encodes(layer_view(0, 1), int(b_.model().config().n_heads), b_.rope());
+  }
 
  private:
   // Token t of the current eval(): ids/positions/lengths are read from io_ on the device. host_len > 0
