@@ -57,7 +57,7 @@ struct DecodeArgs : PagedKvArgs {
   float* part;  // [n_heads][n_splits][head_dim + 2]
   const float* signs;  // device rotation signs (rotated codecs; tensor-core kernel)
   QuantX codes;        // set: the merge also writes out's int8 codes for the quantized GEMV that reads out
-  // The step's new token, encoded by the split kernel (tensor-core codecs): the block whose chunk holds the last
+  // The step's new token, encoded by the split kernel (fuses_encode's codecs): the block whose chunk holds the last
   // position RoPEs k_new and encodes k_new and v_new ([n_kv_heads][head_dim]) into the pages before it reads them,
   // and every block RoPEs its q rows (q is then the q|k|v GEMV's output). k_new nullptr: the pages hold the row
   // and q is RoPEd already (encode_kv_rope ran).

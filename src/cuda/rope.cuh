@@ -19,12 +19,20 @@ __device__ __forceinline__ float2 rope_cos_sin(int i, int pos, const ops::RopePa
   return make_float2(__fmul_rn(cosf(th), p.mscale), __fmul_rn(sinf(th), p.mscale));
 }
 
+// The pair (x0, x1) rotated by cs: its first and its second value.
+__device__ __forceinline__ float rope_first(float x0, float x1, float2 cs) {
+  return __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+}
+__device__ __forceinline__ float rope_second(float x0, float x1, float2 cs) {
+  return __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+}
+
 // Rotates pair i of one head's values v (global or shared memory) by cs = rope_cos_sin(i, ...).
 __device__ __forceinline__ void rope_rotate(float* v, int i, float2 cs, const ops::RopeParams& p) {
   const int half = p.dim / 2, a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
   const float x0 = v[a], x1 = v[b];
-  v[a] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
-  v[b] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+  v[a] = rope_first(x0, x1, cs);
+  v[b] = rope_second(x0, x1, cs);
 }
 
 // v: one head's values; i < p.dim / 2.
@@ -47,8 +55,8 @@ __device__ __forceinline__ void rope_warp(float (&v)[D / 32], int lane, int pos,
       if (e < p.dim) {
         const float2 cs = rope_cos_sin(e / 2, pos, p);
         const float x0 = v[k], x1 = v[k + 1];
-        v[k] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
-        v[k + 1] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+        v[k] = rope_first(x0, x1, cs);
+        v[k + 1] = rope_second(x0, x1, cs);
       }
     }
   } else {
@@ -58,13 +66,8 @@ __device__ __forceinline__ void rope_warp(float (&v)[D / 32], int lane, int pos,
       const int e = kPer * lane + k;
       const int src = e < half ? lane + dl : e < p.dim ? lane - dl : lane;
       const float o = __shfl_sync(0xffffffffu, v[k], src);
-      if (e < half) {
-        const float2 cs = rope_cos_sin(e, pos, p);
-        v[k] = __fsub_rn(__fmul_rn(v[k], cs.x), __fmul_rn(o, cs.y));
-      } else if (e < p.dim) {
-        const float2 cs = rope_cos_sin(e - half, pos, p);
-        v[k] = __fadd_rn(__fmul_rn(o, cs.y), __fmul_rn(v[k], cs.x));
-      }
+      if (e < half) v[k] = rope_first(v[k], o, rope_cos_sin(e, pos, p));
+      else if (e < p.dim) v[k] = rope_second(o, v[k], rope_cos_sin(e - half, pos, p));
     }
   }
 }
