@@ -46,10 +46,13 @@ constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 // f16 rows take 128-key tiles in three stages: twice the keys per S product and per barrier round as 64-key
 // tiles (H200, 2026-12-01: f16 attention at 32k 0.696 -> 0.603 s). The decoding codecs keep 64-key tiles in four
 // stages: their raw copies need room beside the stages, and 128-key tiles in two stages measured slower for
-// every one of them (fp8 0.681 -> 0.728 s, tq3 0.868 -> 0.915).
+// every one of them (fp8 0.681 -> 0.728 s, tq3 0.868 -> 0.915). f32's raw tiles (64 KiB) leave room for two stages:
+// 0.865 s of attention at 32k against 1.591 on the mma.sync kernel, and 0.90-0.92 with four stages fed by raw
+// copies of half tiles (H200, 2026-12-01).
 template <CodecId C, int D>
 struct WsSmem {
-  static constexpr int kKeys = kDirect<C> ? 2 * kTile : kTile, kStages = kDirect<C> ? 3 : 4, kRows = 128;
+  static constexpr int kKeys = kDirect<C> ? 2 * kTile : kTile, kRows = 128;
+  static constexpr int kStages = kDirect<C> ? 3 : C == CodecId::f32 ? 2 : 4;
   using Tile = Sw128Tile<D, kKeys>;
   static constexpr size_t tile = 2 * Tile::kBytes;
   static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
@@ -200,8 +203,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
   using M = WsSmem<C, D>;
-  // head_dim 64 gave wrong results on the H200 (2026-12-01, not understood yet) and f32 rows leave no room for
-  // four tiles beside their raw stages: both take the mma.sync kernel.
+  // head_dim 64 gave wrong results on the H200 (2026-12-01, not understood yet): it takes the mma.sync kernel.
   if constexpr (D != 128 || M::total > kMaxSmem) {
     PrefillArgs b = a;
     b.wgmma = false;
