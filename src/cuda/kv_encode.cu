@@ -24,7 +24,8 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
   __shared__ float xs[kWarps][kMaxD];
   __shared__ __align__(16) uint8_t rows[kWarps][kMaxRow];
   __shared__ uint8_t codes[kWarps][kMaxD];
-  pdl_wait();  // k and v come from the kernels before this one
+  pdl_trigger();  // every block is resident: the attention may launch and prefetch its first tiles
+  pdl_wait();     // k and v come from the kernels before this one
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int per_tok = a.n_kv * (a.v ? 2 : 1);
   const int r = blockIdx.x * kWarps + w;
