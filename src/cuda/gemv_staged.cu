@@ -25,12 +25,15 @@ namespace kvtax::cuda::detail {
 
 namespace {
 
-// Copies in flight per warp, and warps per block: 32 warps of one row each for a block of 32 rows with the residual
-// epilogue (the decode step's wo and down: one block per SM), else 8 warps, 4 blocks per SM. The kernel is bound by
-// instruction latency as much as by memory (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per
-// scheduler), so warps count more than stages: 2 stages with 8 warps per scheduler beat 4 stages with 4.
+// Copies in flight per warp, and warps per block: a block of 32 rows with the residual epilogue (the decode step's
+// wo and down: one block per SM) takes 32 warps of one row each for float weights, 16 warps of two rows for
+// quantized ones, else 8 warps, 4 blocks per SM. The kernel is bound by instruction latency as much as by memory
+// (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per scheduler), so warps count more than stages: 2
+// stages with 8 warps per scheduler beat 4 stages with 4. 16-warp residual blocks, whose smaller shared memory lets
+// the next kernel's blocks in beside them, made the Q4_K step 0.01-0.035 ms faster and the BF16 one 0.12-0.14 ms
+// slower (H200, session 16, A/B in one call).
 constexpr int kStages = 2;
-constexpr int warps_of(bool res) { return res ? 32 : 8; }
+constexpr int warps_of(bool res, bool float_w) { return !res ? 8 : float_w ? 32 : 16; }
 constexpr int min_blocks(bool res) { return res ? 1 : 4; }  // 64 registers either way
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
 constexpr int kResRows = 32;       // rows of a block with the residual epilogue (residual_epilogue's 32 lanes)
@@ -53,8 +56,8 @@ struct SmemLayout {
 // row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
 template <GgmlType T, bool RES, bool PAIRS>
-__global__ void __launch_bounds__(32 * warps_of(RES), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
-  constexpr int kWarps = warps_of(RES), kThreads = 32 * kWarps;
+__global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
+  constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
   using F = Slot<T>;
   using L = SmemLayout<kWarps>;
   constexpr int kUnitSlots = F::kUnitSlots, kPerLane = kUnitSlots / 32, kChunks = F::kValues * (kFloat<T> ? 4 : 1) / 16;
@@ -155,7 +158,7 @@ __global__ void __launch_bounds__(32 * warps_of(RES), min_blocks(RES)) gemv_stag
 
 template <GgmlType T, bool RES, bool PAIRS = false>
 cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
-  constexpr int kWarps = warps_of(RES), kThreads = 32 * kWarps;
+  constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
   const size_t smem = SmemLayout<kWarps>::bytes(T, a.cols);
   auto* k = gemv_staged_kernel<T, RES, PAIRS>;
   // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
@@ -212,8 +215,10 @@ bool staged_gemv_fits(const GemvArgs& a) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && (a.type == GgmlType::F16 || a.type == GgmlType::BF16))
     return false;  // float x is staged by 16-byte loads
   if (a.res && a.rows % kResRows != 0) return false;
-  const size_t smem =
-      a.res ? SmemLayout<warps_of(true)>::bytes(a.type, a.cols) : SmemLayout<warps_of(false)>::bytes(a.type, a.cols);
+  const bool float_w = a.type == GgmlType::F16 || a.type == GgmlType::BF16;
+  const size_t smem = !a.res ? SmemLayout<warps_of(false, false)>::bytes(a.type, a.cols)
+                      : float_w ? SmemLayout<warps_of(true, true)>::bytes(a.type, a.cols)
+                                : SmemLayout<warps_of(true, false)>::bytes(a.type, a.cols);
   return smem <= 227 * 1024;
 }
 
