@@ -354,11 +354,7 @@ __device__ __forceinline__ void encode_new_row(const DecodeArgs& a, int h, int p
     __syncwarp();
   }
   encode_row<C, D>(D, xs, row, codes, a.enc);
-  // The pages are the decoder's, writable; the kernel otherwise only reads them.
-  uint8_t* dst = const_cast<uint8_t*>(a.pool) + size_t(a.pages[pos >> kPageShift]) * a.page_bytes +
-                 (is_v ? a.v_offset : 0) + size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
-  for (int i = lane; i < int(a.row_bytes / 4); i += 32)
-    reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(row)[i];
+  store_row(paged_row(a, pos, h, is_v), row, a.row_bytes, lane);
 }
 
 // grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8). kEnc: the step's new

@@ -47,15 +47,7 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
     __syncwarp();
   }
   encode_row<C, D>(a.d, xs[w], rows[w], codes[w], a.t);
-  uint8_t* dst;
-  if (a.pages) {
-    dst = a.pool + size_t(a.pages[pos >> kPageShift]) * a.page_bytes + (is_v ? a.v_offset : 0) +
-          size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
-  } else {
-    dst = a.rows + size_t(t) * a.row_bytes;
-  }
-  const uint32_t* s = reinterpret_cast<const uint32_t*>(rows[w]);
-  for (int i = lane; i < int(a.row_bytes / 4); i += 32) reinterpret_cast<uint32_t*>(dst)[i] = s[i];
+  store_row(a.pages ? paged_row(a, pos, h, is_v) : a.rows + size_t(t) * a.row_bytes, rows[w], a.row_bytes, lane);
 }
 
 }  // namespace

@@ -7,6 +7,7 @@
 
 #include <cstdint>
 
+#include "cuda/attention_launch.h"
 #include "cuda/kv_encode_launch.h"
 #include "cuda/rotate_regs.cuh"
 #include "kv/codecs/codec.h"
@@ -201,6 +202,20 @@ __device__ void encode_row(int d_rt, float* x, uint8_t* row, uint8_t* codes, con
       break;
   }
   __syncwarp();
+}
+
+// Row pos of KV head h (its K row, or its V row when is_v) in the paged pool of a (EncodeArgs, or DecodeArgs whose
+// pool is const: the pages are the decoder's, writable, and only the new token's row is written through it).
+template <class A>
+__device__ __forceinline__ uint8_t* paged_row(const A& a, int pos, int h, int is_v) {
+  return const_cast<uint8_t*>(a.pool) + size_t(a.pages[pos >> kPageShift]) * a.page_bytes + (is_v ? a.v_offset : 0) +
+         size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
+}
+
+// An encoded row (row_bytes, a multiple of 4) stored from shared memory by the warp's lanes, a word each.
+__device__ __forceinline__ void store_row(uint8_t* dst, const uint8_t* row, size_t row_bytes, int lane) {
+  for (int i = lane; i < int(row_bytes / 4); i += 32)
+    reinterpret_cast<uint32_t*>(dst)[i] = reinterpret_cast<const uint32_t*>(row)[i];
 }
 
 }  // namespace kvtax::cuda::detail
