@@ -164,8 +164,9 @@ struct Slot<GgmlType::F16> : FloatSlot<GgmlType::F16> {};
 template <>
 struct Slot<GgmlType::BF16> : FloatSlot<GgmlType::BF16> {};
 
+constexpr bool float_type(GgmlType t) { return t == GgmlType::F16 || t == GgmlType::BF16; }  // x as floats, not codes
 template <GgmlType T>
-constexpr bool kFloat = T == GgmlType::F16 || T == GgmlType::BF16;  // x staged as floats, not codes
+constexpr bool kFloat = float_type(T);
 
 // Slot<T> exists: the staged kernel takes T.
 constexpr bool staged_type(GgmlType t) {

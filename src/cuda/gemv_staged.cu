@@ -38,22 +38,24 @@ constexpr int min_blocks(bool res) { return res ? 1 : 4; }  // 64 registers eith
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
 constexpr int kResRows = 32;       // rows of a block with the residual epilogue (residual_epilogue's 32 lanes)
 
+// A block's shared memory: each warp's stages, their barriers, 32 row results and the norm's 1/rms, then x (float
+// types as floats; quantized ones as int8 codes, then their scales and scale * sum of codes).
+constexpr int x_offset(int warps) { return warps * kStages * (kStageBytes + 8) + 64 * 4; }
 template <int kWarps>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kBarsOff = kWarps * kStages * kStageBytes;
-  static constexpr int kMiscOff = kBarsOff + kWarps * kStages * 8;  // 32 row results + the norm's 1/rms
+  static constexpr int kMiscOff = kBarsOff + kWarps * kStages * 8;
   static constexpr int kXOff = kMiscOff + 64 * 4;
-  // x: float types as floats; quantized ones as int8 codes, then their scales and scale * sum of codes.
-  static size_t bytes(GgmlType t, int cols) {
-    const size_t x = t == GgmlType::F16 || t == GgmlType::BF16 ? 4 * size_t(cols) : size_t(cols) + size_t(cols) / 4;
-    return size_t(kXOff) + x;
-  }
+  static_assert(kXOff == x_offset(kWarps));
 };
+size_t smem_bytes(int warps, GgmlType t, int cols) {
+  return size_t(x_offset(warps)) + (float_type(t) ? 4 * size_t(cols) : size_t(cols) + size_t(cols) / 4);
+}
 
-// RES: blocks of 32 rows with the residual epilogue, one row per warp. Otherwise every block is resident (the grid is
-// what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W): contiguous bytes, balanced to a
-// row.
+// RES: blocks of 32 rows with the residual epilogue, kResRows / warps rows per warp. Otherwise every block is
+// resident (the grid is what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W):
+// contiguous bytes, balanced to a row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
 template <GgmlType T, bool RES, bool PAIRS>
 __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
@@ -159,7 +161,7 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
 template <GgmlType T, bool RES, bool PAIRS = false>
 cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
   constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
-  const size_t smem = SmemLayout<kWarps>::bytes(T, a.cols);
+  const size_t smem = smem_bytes(kWarps, T, a.cols);
   auto* k = gemv_staged_kernel<T, RES, PAIRS>;
   // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
   // graph): the attribute allowing the largest size so far, and the blocks of the resident grid.
@@ -208,18 +210,14 @@ bool staged_gemv_fits(const GemvArgs& a) {
     return m;
   }();
   if (major < 9) return false;  // no bulk copy engine before sm_90
-  if (!staged_type(a.type) || (a.silu_pairs && (a.res || !(a.type == GgmlType::F16 || a.type == GgmlType::BF16))))
+  if (!staged_type(a.type) || (a.silu_pairs && (a.res || !float_type(a.type))))
     return false;
   if (a.cols % 256 != 0 || a.row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return false;  // copies are whole 16-byte runs: rows of whole 8-block (Q4_K: super-block) groups
-  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && (a.type == GgmlType::F16 || a.type == GgmlType::BF16))
+  if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && float_type(a.type))
     return false;  // float x is staged by 16-byte loads
   if (a.res && a.rows % kResRows != 0) return false;
-  const bool float_w = a.type == GgmlType::F16 || a.type == GgmlType::BF16;
-  const size_t smem = !a.res ? SmemLayout<warps_of(false, false)>::bytes(a.type, a.cols)
-                      : float_w ? SmemLayout<warps_of(true, true)>::bytes(a.type, a.cols)
-                                : SmemLayout<warps_of(true, false)>::bytes(a.type, a.cols);
-  return smem <= 227 * 1024;
+  return smem_bytes(warps_of(a.res, float_type(a.type)), a.type, a.cols) <= 227 * 1024;
 }
 
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t st) {
