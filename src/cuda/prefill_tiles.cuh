@@ -15,6 +15,7 @@ namespace kvtax::cuda::detail {
 
 constexpr int kTile = 64;  // keys per tile; divides kPageTokens, so a tile never crosses a page
 constexpr size_t kMaxSmem = 227 * 1024;  // dynamic shared memory one block may take on sm_90
+constexpr int kDecodeBatch = 4;  // units a thread decodes before it stores any (decode_tile)
 
 // Row-major [token][d] f16 with rows D + 8 halves apart: the 8 rows one ldmatrix reads hit different banks.
 template <int D>
@@ -109,7 +110,7 @@ __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs
 // unit, its swizzled place in a row and every offset are then compile-time steps from one base, where a generic
 // index walk spent more instructions on divisions and swizzle arithmetic than on the decode (ncu, H200,
 // 2026-12-01: ~60 instructions per 8 fp8 values).
-template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1>
+template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1, int kBatch = kDecodeBatch>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend, const uint32_t* pairs,
                                             __half* k_s, __half* v_s) {
   namespace layout = kv::layout;
@@ -121,8 +122,8 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
   const uint8_t* src = raw + row0 * kRowBytes;
   const uint32_t* pairs_l = pairs + threadIdx.x % kCopies;  // this lane's copy of the pair table
   const int at0 = Layout::at(int(row0), int(u));
-#pragma unroll
-  for (int j = 0; j < kTotal / kThreads; ++j) {
+  // Unit j: loads and arithmetic only, its 8 f16 values as one 16-byte piece.
+  auto unit = [&](int j) -> uint4 {
     const int jr = j * kRowStep, dtok = jr % kTile;  // rows kTile.. of the raw tile are V
     const bool live = k0 + int(row0) + dtok < kend;
     uint4 p;
@@ -152,7 +153,24 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
       p.z = pack_half2(live ? y[4] * f : 0.0f, live ? y[5] * f : 0.0f);
       p.w = pack_half2(live ? y[6] * f : 0.0f, live ? y[7] * f : 0.0f);
     }
-    *reinterpret_cast<uint4*>((jr < kTile ? k_s : v_s) + at0 + dtok * Layout::kTokStride) = p;
+    return p;
+  };
+  // kBatch units decoded before any of them is stored: the compiler may not move a unit's shared loads above the
+  // previous unit's store (it cannot tell the tile from the raw bytes and the pair table), so one unit at a time
+  // paid two shared-load latencies in a row per unit (ncu, H200, session 16: short-scoreboard stalls, 13.6% of the
+  // tq4 prefill kernel's samples, all in its producers).
+  constexpr int kPer = kTotal / kThreads, kB = kPer < kBatch ? kPer : kBatch;
+  static_assert(kPer % kB == 0);
+#pragma unroll
+  for (int j0 = 0; j0 < kPer; j0 += kB) {
+    uint4 p[kB];
+#pragma unroll
+    for (int b = 0; b < kB; ++b) p[b] = unit(j0 + b);
+#pragma unroll
+    for (int b = 0; b < kB; ++b) {
+      const int jr = (j0 + b) * kRowStep, dtok = jr % kTile;
+      *reinterpret_cast<uint4*>((jr < kTile ? k_s : v_s) + at0 + dtok * Layout::kTokStride) = p[b];
+    }
   }
 }
 
