@@ -407,10 +407,35 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   int32_t pg[G::kStages];
 #pragma unroll
   for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
-  // Programmatic dependent launch (pdl.cuh): until the wait, the kernels before this one may still run. The
-  // first tiles' K and V rows go into L2 meanwhile. Only the newest row is being written (by the KV encode), and L2
-  // is where that write lands too, so a prefetch cannot go stale; q, also the encode's, is read after the wait.
-  if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
+  auto bar = [&](int j) { return smem_addr(&bars[warp][j % G::kStages]); };
+  // Starts the copy of the warp's tile j (page entry pg_j) into its stage.
+  auto issue = [&](int j, int32_t pg_j) {
+    const uint32_t stage = ws + (j % G::kStages) * G::kRaw;
+    if constexpr (G::kBulk) {
+      if (lane == 0 && j < my_tiles) issue_tile_bulk<C, D>(a, kh, pg_j, tile_t0(j), stage, bar(j));
+    } else {
+      if (j < my_tiles) issue_tile<C, D>(a, kh, pg_j, tile_t0(j), c1 - tile_t0(j), stage, lane);
+      cp_commit();
+    }
+  };
+  // The ring's barriers and its first kStages - 1 tiles (stages 0 .. kStages - 2; q is staged beyond them).
+  auto start_copies = [&] {
+    if constexpr (G::kBulk) {
+      if (lane == 0)
+#pragma unroll
+        for (int j = 0; j < G::kStages; ++j) mbar_init(bar(j), 1);
+      __syncwarp();
+    }
+#pragma unroll
+    for (int j = 0; j < G::kStages - 1; ++j) issue(j, pg[j]);
+  };
+  // Programmatic dependent launch (pdl.cuh): until the wait, the kernels before this one may still run. Only the
+  // newest row is being written then (by the KV encode, or by this kernel's last block), and it lies in the last
+  // chunk: every other block starts its copies now, and the last one puts its first tiles into L2 meanwhile (L2 is
+  // where the encode's write lands too, so a prefetch cannot go stale). q, also the encode's, is read after the wait.
+  const bool early = !kEnc && c1 < len;  // kEnc: the GEMV before it streams weights; early copies slowed the step
+  if (early) start_copies();
+  else if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
     const int j = lane / 2;
     prefetch_l2_bulk(kh + size_t(page_of(j)) * a.page_bytes + size_t(tile_t0(j) & (kPageTokens - 1)) * G::kRow +
                          (lane % 2 ? a.v_offset : 0),
@@ -439,7 +464,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
   constexpr bool kStaged = is_rotated(C) || kEnc;
   if constexpr (kStaged) {
-    float* q_s = reinterpret_cast<float*>(smem);
+    // Row r in warp (r % kWarps)'s part of the block, beyond the stages the first copies fill: its last stage, or
+    // its decoded tile where it has one.
+    constexpr int kQAt = G::kDecoded ? G::kStages * G::kRaw : (G::kStages - 1) * G::kRaw;
+    static_assert((G::kDecoded ? G::kDecoded : G::kRaw) >= kRows / kWarps * D * 4, "q's rows fit");
+    auto q_row = [&](int r) {
+      return reinterpret_cast<float*>(smem + (r % kWarps) * G::kWarpBytes + kQAt) + (r / kWarps) * D;
+    };
     constexpr int kPer = D / 32;
     for (int r = warp; r < kRows; r += kWarps) {
       float v[kPer];
@@ -452,15 +483,15 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
         if (r < nr) rotate_warp<D>(v, a.signs, lane, 1.0f / sqrtf(float(D)));
       }
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) q_s[r * D + kPer * lane + k] = v[k];
+      for (int k = 0; k < kPer; ++k) q_row(r)[kPer * lane + k] = v[k];
     }
     if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
       const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
-      const float* ra = q_s + g * D + d0;
-      const float* rb = q_s + (g + 8) * D + d0;
+      const float* ra = q_row(g) + d0;
+      const float* rb = q_row(g + 8) + d0;
       if constexpr (kSwap) {
         qb[ks][0] = pack_half2(ra[0], ra[1]);
         qb[ks][1] = pack_half2(ra[hi], ra[hi + 1]);
@@ -471,7 +502,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
         qf[ks][3] = pack_half2(rb[hi], rb[hi + 1]);
       }
     }
-    __syncthreads();  // q_s is overwritten by the stages
+    __syncthreads();  // q's rows are overwritten by the stages
   } else {
     const float* qg = a.q + (size_t(h) * a.n_rep + r0) * D;
     auto load = [&](int r, int d) {
@@ -489,25 +520,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     }
   }
 
-  auto bar = [&](int j) { return smem_addr(&bars[warp][j % G::kStages]); };
-  // Starts the copy of the warp's tile j (page entry pg_j) into its stage.
-  auto issue = [&](int j, int32_t pg_j) {
-    const uint32_t stage = ws + (j % G::kStages) * G::kRaw;
-    if constexpr (G::kBulk) {
-      if (lane == 0 && j < my_tiles) issue_tile_bulk<C, D>(a, kh, pg_j, tile_t0(j), stage, bar(j));
-    } else {
-      if (j < my_tiles) issue_tile<C, D>(a, kh, pg_j, tile_t0(j), c1 - tile_t0(j), stage, lane);
-      cp_commit();
-    }
-  };
-  if constexpr (G::kBulk) {
-    if (lane == 0)
-#pragma unroll
-      for (int j = 0; j < G::kStages; ++j) mbar_init(bar(j), 1);
-    __syncwarp();
-  }
-#pragma unroll
-  for (int j = 0; j < G::kStages - 1; ++j) issue(j, pg[j]);
+  if (!early) start_copies();
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
   if constexpr (!kStaged) {
 #pragma unroll
