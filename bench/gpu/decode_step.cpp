@@ -89,29 +89,23 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
   };
   using Launch = std::function<void(const cuda::CudaBackend::Layer&, int)>;
   std::vector<std::pair<const char*, Launch>> classes;
-  // Where the step encodes the new token inside the attention (fp8), the attention class does so too and there is
-  // no encode class.
-  const bool fused_encode = cd.fused_encode();
-  const cuda::NewToken fresh{y.as<float>(), y.as<float>() + size_t(c.n_kv_heads) * hd, &b.rope()};
   if (!fused)
     classes.push_back({"norms", [&](const auto& w, int) {
                          add_norm(w.attn_norm, w.wqkv ? w.wqkv.get() : w.wq.get());
                          add_norm(w.ffn_norm, w.gate_up ? w.gate_up.get() : w.gate.get());
                        }});
-  if (!fused_encode)
-    classes.push_back({"kv_encode", [&](const auto&, int l) {  // RoPE + encode of one token, rewriting row depth - 1
-                         cuda::encode_kv_rope(cd.layer_target(l), q.as<float>(), nh, fresh.k, fresh.v, 1, depth - 1,
-                                              b.rope(), s);
-                       }});
+  classes.push_back({"kv_encode", [&](const auto&, int l) {  // RoPE + encode of one token, rewriting row depth - 1
+                       cuda::encode_kv_rope(cd.layer_target(l), q.as<float>(), nh, y.as<float>(),
+                                            y.as<float>() + size_t(c.n_kv_heads) * hd, 1, depth - 1, b.rope(), s);
+                     }});
   const std::vector<std::pair<const char*, Launch>> step = {
       {"qkv", [&](const auto& w, int) {
          for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, after_norm(codes_ready(m)));
        }},
-      {fused_encode ? "attention+kv_encode" : "attention", [&](const auto& w, int l) {
+      {"attention", [&](const auto& w, int l) {
          // with the int8 codes of its output where wo quantizes x
          cuda::decode_attention(cd.layer_view(l, depth), q.as<float>(), nh, att.as<float>(), as.get(), s,
-                                cuda::gemv_quantizes_x(w.wo->type()) ? gs.get() : nullptr,
-                                fused_encode ? &fresh : nullptr);
+                                cuda::gemv_quantizes_x(w.wo->type()) ? gs.get() : nullptr);
        }},
       {"wo", [&](const auto& w, int) { gemv(w.wo.get(), into_norm(codes_ready(w.wo.get()), w.ffn_norm)); }},
       {"gate_up", [&](const auto& w, int) {

@@ -155,18 +155,8 @@ int decode_splits(const KvView& kv, int n_heads) {
   return splits_for(kv, n_heads, kv.len);
 }
 
-bool decode_encodes(const KvView& kv, int n_heads, const ops::RopeParams& rope) {
-  const int per_lane = kv.head_dim / 32;
-  // One block per chunk and KV head (a grid of one row group): the block that writes the row is the only one that
-  // reads it.
-  const bool one_group = kv.n_kv_heads > 0 && n_heads % kv.n_kv_heads == 0 &&
-                         n_heads / kv.n_kv_heads <= detail::kMmaGroupRows;
-  return detail::fuses_encode(kv.codec) && one_group && decode_supported(kv.codec, kv.head_dim) && rope.dim >= 2 &&
-         rope.dim <= kv.head_dim && rope.dim % 2 == 0 && (!rope.neox || (rope.dim / 2) % per_lane == 0);
-}
-
 void decode_attention(const KvView& kv, const float* q, int n_heads, float* out, void* scratch,
-                      cudaStream_t stream, void* out_codes, const NewToken* fresh) {
+                      cudaStream_t stream, void* out_codes) {
   check_heads(kv, n_heads);
   if (!kv.len_dev && kv.len <= 0) fail("CUDA attention: the device KV holds no tokens");
   if (!kv.len_dev && kv.len > kv.max_len)
@@ -186,15 +176,6 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   a.part = static_cast<float*>(scratch);
   a.signs = codec_tables().signs.as<float>();
   if (out_codes) a.codes = detail::gemv_quant_x(out_codes, int64_t(n_heads) * kv.head_dim);
-  if (fresh) {
-    if (!fresh->k || !fresh->v || !fresh->rope || !decode_encodes(kv, n_heads, *fresh->rope))
-      fail("CUDA attention: no fused encode of the new token for KV codec {}, head_dim {}, rotary dims {}",
-           kv::codec(kv.codec).name, kv.head_dim, fresh->rope ? fresh->rope->dim : 0);
-    a.k_new = fresh->k;
-    a.v_new = fresh->v;
-    a.enc = encode_tables(kv.codec);
-    a.rope = *fresh->rope;
-  }
   check(detail::launch_decode(a, stream), "decode attention launch");
 }
 

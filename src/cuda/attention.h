@@ -80,29 +80,14 @@ int decode_splits(const KvView& kv, int n_heads);
 // out: device [n_heads][head_dim]. Scale 1/sqrt(head_dim); attends to all kv.len tokens. out_codes: a GEMV
 // scratch (gemv.h) into which out's int8 codes go too, so that a quantized GEMV of out takes them
 // (GemvFusion::x_in_scratch) instead of a pass of its own.
-//
-// fresh: the step's new token, encoded by the attention itself (one launch less than encode_kv_rope before it): k
-// (before RoPE) and v, device [n_kv_heads][head_dim], are RoPEd / encoded into position kv.len - 1, whose page
-// the table must cover, and q is the q|k|v GEMV's output, RoPEd in the kernel (and left as it was in memory). The
-// same floats and bytes as encode_kv_rope then decode_attention. Where decode_encodes says so only.
-struct NewToken {
-  const float* k;
-  const float* v;
-  const ops::RopeParams* rope;
-};
 void decode_attention(const KvView& kv, const float* q, int n_heads, float* out, void* scratch,
-                      cudaStream_t stream = nullptr, void* out_codes = nullptr, const NewToken* fresh = nullptr);
-// Whether decode_attention takes a NewToken for this KV, n_heads query heads and RoPE: the codec whose step measured
-// faster so (fp8; attention_launch.h's fuses_encode), up to 16 query heads per KV head, rotary pairs that a warp's
-// lanes hold (NeoX halves a multiple of head_dim / 32).
-bool decode_encodes(const KvView& kv, int n_heads, const ops::RopeParams& rope);
+                      cudaStream_t stream = nullptr, void* out_codes = nullptr);
 
 inline size_t decode_scratch_bytes(const DeviceKv& kv, int n_heads) { return decode_scratch_bytes(kv.view(), n_heads); }
 inline int decode_splits(const DeviceKv& kv, int n_heads) { return decode_splits(kv.view(), n_heads); }
 inline void decode_attention(const DeviceKv& kv, const float* q, int n_heads, float* out, void* scratch,
-                             cudaStream_t stream = nullptr, void* out_codes = nullptr,
-                             const NewToken* fresh = nullptr) {
-  decode_attention(kv.view(), q, n_heads, out, scratch, stream, out_codes, fresh);
+                             cudaStream_t stream = nullptr, void* out_codes = nullptr) {
+  decode_attention(kv.view(), q, n_heads, out, scratch, stream, out_codes);
 }
 
 }  // namespace kvtax::cuda

@@ -28,12 +28,6 @@ constexpr int merge_stage_bytes(int d, int n) {
 // Codecs the tensor-core kernel decodes (to f16 tiles). f32 stays on the scalar f32 kernel, whose result is exact
 // to f32 rounding; bf16 values can exceed the f16 range.
 constexpr bool mma_codec(kv::CodecId c) { return c != kv::CodecId::f32 && c != kv::CodecId::bf16; }
-// The codecs whose split kernel also encodes the decode step's new token (DecodeArgs::k_new): fp8 alone, the one
-// codec whose step measured faster so at every depth (H200, session 15, Q4_K weights at 32k: fp8 2.551 -> 2.472-2.479
-// ms, BF16 4.821-4.827 -> 4.740-4.746; f16 2.89 -> 2.96-2.98 and q4r the same in the first form, whose kernel took
-// the new token at run time; q8 2.601 -> 2.578-2.588 at 32k but 4.152-4.158 -> 4.195-4.198 at 128k). The others
-// keep the encode kernel.
-constexpr bool fuses_encode(kv::CodecId c) { return c == kv::CodecId::fp8; }
 constexpr int group_rows(kv::CodecId c) { return mma_codec(c) ? kMmaGroupRows : kMaxGroupRows; }
 // KV pages: kPageTokens tokens of one layer, K rows [kv_head][kPageTokens][row_bytes] then V rows.
 constexpr int kPageShift = 8, kPageTokens = 1 << kPageShift;
@@ -57,14 +51,6 @@ struct DecodeArgs : PagedKvArgs {
   float* part;  // [n_heads][n_splits][head_dim + 2]
   const float* signs;  // device rotation signs (rotated codecs; tensor-core kernel)
   QuantX codes;        // set: the merge also writes out's int8 codes for the quantized GEMV that reads out
-  // The step's new token, encoded by the split kernel (fuses_encode's codecs): the block whose chunk holds the last
-  // position RoPEs k_new and encodes k_new and v_new ([n_kv_heads][head_dim]) into the pages before it reads them,
-  // and every block RoPEs its q rows (q is then the q|k|v GEMV's output). k_new nullptr: the pages hold the row
-  // and q is RoPEd already (encode_kv_rope ran).
-  const float* k_new;
-  const float* v_new;
-  EncodeTables enc;
-  ops::RopeParams rope;
 };
 
 // cudaErrorInvalidValue for a codec / head_dim without a kernel.

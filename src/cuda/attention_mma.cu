@@ -19,10 +19,8 @@
 #include <string>
 
 #include "cuda/attention_launch.h"
-#include "cuda/kv_encode_row.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
-#include "cuda/rope.cuh"
 #include "cuda/rotate_regs.cuh"
 #include "kv/codecs/layout.h"
 
@@ -349,32 +347,8 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
   }
 }
 
-// Shared memory one warp's encode of a row takes: the row as floats, its bytes, its codes (kv_encode_row.cuh).
-template <int D>
-constexpr int kEncodeScratch = D * 4 + (D * 4 + 16) + D;
-
-// The new token's K (is_v 0: RoPE first) or V row of KV head h, encoded by one warp as encode_kernel does
-// (kv_encode.cu: the same steps, so the same bytes) and written into its page at pos.
-template <CodecId C, int D>
-__device__ __forceinline__ void encode_new_row(const DecodeArgs& a, int h, int pos, int is_v, uint8_t* scratch) {
-  const int lane = threadIdx.x % 32;
-  float* xs = reinterpret_cast<float*>(scratch);
-  uint8_t* row = scratch + D * 4;
-  uint8_t* codes = row + D * 4 + 16;
-  const float* src = (is_v ? a.v_new : a.k_new) + size_t(h) * D;
-  for (int i = lane; i < D; i += 32) xs[i] = src[i];
-  __syncwarp();
-  if (!is_v) {
-    for (int i = lane; i < a.rope.dim / 2; i += 32) rope_pair(xs, i, pos, a.rope);
-    __syncwarp();
-  }
-  encode_row<C, D>(D, xs, row, codes, a.enc);
-  store_row(paged_row(a, pos, h, is_v), row, a.row_bytes, lane);
-}
-
-// grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8). kEnc: the step's new
-// token is encoded here (DecodeArgs::k_new), a separate instance so that the other launches run the code without it.
-template <CodecId C, int D, bool kSwap, bool kEnc = false>
+// grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8).
+template <CodecId C, int D, bool kSwap>
 __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
   using G = Cfg<C, D, kSwap>;
   static_assert(!kSwap || G::kKReg, "the GQA form decodes K and V straight into fragments");
@@ -430,10 +404,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     for (int j = 0; j < G::kStages - 1; ++j) issue(j, pg[j]);
   };
   // Programmatic dependent launch (pdl.cuh): until the wait, the kernels before this one may still run. Only the
-  // newest row is being written then (by the KV encode, or by this kernel's last block), and it lies in the last
-  // chunk: every other block starts its copies now, and the last one puts its first tiles into L2 meanwhile (L2 is
-  // where the encode's write lands too, so a prefetch cannot go stale). q, also the encode's, is read after the wait.
-  const bool early = !kEnc && c1 < len;  // kEnc: the GEMV before it streams weights; early copies slowed the step
+  // newest row is being written then (by the KV encode), and it lies in the last chunk: every other block starts its
+  // copies now, and the last one puts its first tiles into L2 meanwhile (L2 is where the encode's write lands too, so
+  // a prefetch cannot go stale). q, also the encode's, is read after the wait.
+  const bool early = c1 < len;
   if (early) start_copies();
   else if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
     const int j = lane / 2;
@@ -444,25 +418,14 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   pdl_trigger();  // the merge may launch: it waits for this whole grid
   pdl_wait();
 
-  // The step's new K and V rows (DecodeArgs::k_new): encoded here by the block whose chunk holds the last
-  // position, warp 0 K and warp 1 V, in shared memory where the stages go, before any copy reads the pages.
-  if constexpr (kEnc) {
-    if (c0 < c1 && c1 == len && blockIdx.z == 0) {
-      if (warp < 2) encode_new_row<C, D>(a, h, len - 1, warp, smem + warp * kEncodeScratch<D>);
-      fence_proxy_async_global();  // the bulk copies below read those bytes
-      __syncthreads();
-    }
-  }
-
-  // The A fragments (f16) of the group's q rows, scaled by log2 e / sqrt(D) (and rotated). Rotated codecs, and
-  // every codec when q still needs RoPE (k_new), stage the rows in shared memory first, a warp per row in
-  // registers, where the stages go; the others read their fragments from global memory, issued before the first
-  // tiles' copies so that both round trips overlap (packed after the copies are issued).
+  // The A fragments (f16) of the group's q rows, scaled by log2 e / sqrt(D) (and rotated). Rotated codecs stage the
+  // rows in shared memory first, a warp per row in registers; the others read their fragments from global memory,
+  // issued before the first tiles' copies so that both round trips overlap (packed after the copies are issued).
   const float qscale = rsqrtf(float(D)) * kLog2e;
   uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
-  constexpr bool kStaged = is_rotated(C) || kEnc;
+  constexpr bool kStaged = is_rotated(C);
   if constexpr (kStaged) {
     // Row r in warp (r % kWarps)'s part of the block, beyond the stages the first copies fill: its last stage, or
     // its decoded tile where it has one.
@@ -476,7 +439,6 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
       float v[kPer];
 #pragma unroll
       for (int k = 0; k < kPer; ++k) v[k] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + kPer * lane + k] : 0.0f;
-      if (kEnc && r < nr) rope_warp<D>(v, lane, len - 1, a.rope);
 #pragma unroll
       for (int k = 0; k < kPer; ++k) v[k] *= qscale;
       if constexpr (is_rotated(C)) {
@@ -769,10 +731,10 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 }
 
 // The kernel with its dynamic shared memory allowed (once per instantiation).
-template <CodecId C, int D, bool kSwap, bool kEnc = false>
+template <CodecId C, int D, bool kSwap>
 cudaError_t prepared() {
   static const cudaError_t e = cudaFuncSetAttribute(
-      mma_split_kernel<C, D, kSwap, kEnc>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
+      mma_split_kernel<C, D, kSwap>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
   return e;
 }
 
@@ -800,13 +762,6 @@ template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   return with_form<C, D>(a.n_rep, [&]<bool kSwap>() {
     const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
-    if (a.k_new) {
-      if constexpr (fuses_encode(C)) {
-        if (cudaError_t e = prepared<C, D, kSwap, true>(); e != cudaSuccess) return e;
-        return launch_pdl_smem(mma_split_kernel<C, D, kSwap, true>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
-      }
-      return cudaErrorInvalidValue;
-    }
     if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
     return launch_pdl_smem(mma_split_kernel<C, D, kSwap>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
   });

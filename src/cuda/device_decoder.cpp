@@ -88,7 +88,6 @@ void CudaDecoder::init() {
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_.assign(3 * kMaxBatch, 0);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
-  if (const char* e = std::getenv("KVTAX_FUSED_ENCODE")) fused_encode_ = std::string(e) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p :
        {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_})
@@ -314,7 +313,6 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     gemv(w, xb, out, ns, s, read_xb(GemvFusion{nullptr, gemv_quantizes_x(w.type())}));
   };
 
-  const bool fuse = fused_encode();  // the KV encode inside the attention
   const DeviceWeight& E = b_.embedding();
   check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
   const auto& layers = b_.layers();
@@ -337,13 +335,12 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       check(ops::rmsnorm(q, w.q_norm.as<float>(), q, nh, hd, eps, s), "q norm");
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, nkv, hd, eps, s), "k norm");
     }
-    // RoPE on q and k, k and v into the cache: in the attention's split kernel where it can, else a kernel first.
+    // RoPE on q and k, k and v into the cache.
     const KvView kvl = host_len > 0 ? view(l, host_len) : view(l, 1, len);
-    if (!fuse) encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);
-    const NewToken fresh{k, v, &b_.rope()};
+    encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);
     // A quantized wo takes att's int8 codes from the attention's merge, not from a pass of its own.
     const bool wo_codes = gemv_quantizes_x(w.wo->type());
-    decode_attention(kvl, q, nh, att, attn_scratch_.get(), s, wo_codes ? gs : nullptr, fuse ? &fresh : nullptr);
+    decode_attention(kvl, q, nh, att, attn_scratch_.get(), s, wo_codes ? gs : nullptr);
     end_block(*w.wo, att, GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w), fused_norm_);
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.

@@ -69,10 +69,6 @@ class CudaDecoder : public DeviceDecoder {
   int prefill_chunk() const { return chunk_; }
   // Whether the decode step runs its residual adds and norms inside the wo / down GEMVs (KVTAX_FUSED_NORM).
   bool fused_norm() const { return fused_norm_; }
-  // Whether the step's KV encode runs inside the attention (decode_encodes; KVTAX_FUSED_ENCODE=0: never).
-  bool fused_encode() const {
-    return fused_encode_ && decode_encodes(layer_view(0, 1), int(b_.model().config().n_heads), b_.rope());
-  }
 
  private:
   // Token t of the current eval(): ids/positions/lengths are read from io_ on the device. host_len > 0
@@ -101,7 +97,6 @@ class CudaDecoder : public DeviceDecoder {
   // The normed x's int8 codes (the GEMVs after a norm read them; gemv_scratch_ holds the other inputs' codes, so a
   // GEMV's residual epilogue never overwrites codes its own blocks still read), and its blocks' sums of squares.
   Buffer norm_scratch_, ss_part_;
-  bool fused_encode_ = true;  // the step's KV encode and RoPE in the attention (KVTAX_FUSED_ENCODE=0: a kernel)
   bool fused_norm_ = true;  // the residual adds and norms run in the wo / down GEMVs (KVTAX_FUSED_NORM=0: kernels)
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   std::vector<int32_t> io_host_;

@@ -1,7 +1,7 @@
 #pragma once
-// One KV row encoded by one warp, by the steps of the CPU encoder in kv/codecs/*.cpp (the same bytes): the KV encode
-// kernels (kv_encode.cu) and the decode split kernel that encodes the step's new row (attention_mma.cu). The row is
-// staged in shared memory and rotated for the rotated codecs (rotate_regs.cuh). Device code only (nvcc).
+// One KV row encoded by one warp, by the steps of the CPU encoder in kv/codecs/*.cpp (the same bytes), for the KV
+// encode kernels (kv_encode.cu). The row is staged in shared memory and rotated for the rotated codecs
+// (rotate_regs.cuh). Device code only (nvcc).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 

@@ -94,12 +94,6 @@ __device__ __forceinline__ void mbar_wait(uint32_t bar, uint32_t parity) {
       : "memory");
 #endif
 }
-// Orders this thread's earlier generic-proxy writes to global memory before later async-proxy (bulk copy) reads.
-__device__ __forceinline__ void fence_proxy_async_global() {
-#if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
-  asm volatile("fence.proxy.async.global;\n" ::: "memory");
-#endif
-}
 // `bytes` (a multiple of 16; both addresses 16-byte aligned) global -> shared, completing on `bar`. The fence
 // orders this thread's (and, after a __syncwarp, its warp's) earlier plain accesses of dst before the copy's writes.
 __device__ __forceinline__ void bulk_copy(uint32_t dst, const void* src, uint32_t bytes, uint32_t bar) {

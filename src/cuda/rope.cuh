@@ -40,36 +40,4 @@ __device__ __forceinline__ void rope_pair(float* v, int i, int pos, const ops::R
   rope_rotate(v, i, rope_cos_sin(i, pos, p), p);
 }
 
-// RoPE of one head's values spread over a warp, kPer = D / 32 consecutive ones per lane (rotate_regs.cuh's layout),
-// by rope_rotate's steps: adjacent pairs within a lane; NeoX pairs half / kPer lanes apart (half a multiple of kPer:
-// attention.cpp checks).
-template <int D>
-__device__ __forceinline__ void rope_warp(float (&v)[D / 32], int lane, int pos, const ops::RopeParams& p) {
-  constexpr int kPer = D / 32;
-  static_assert(kPer % 2 == 0, "adjacent pairs within a lane");
-  const int half = p.dim / 2;
-  if (!p.neox) {
-#pragma unroll
-    for (int k = 0; k < kPer; k += 2) {
-      const int e = kPer * lane + k;
-      if (e < p.dim) {
-        const float2 cs = rope_cos_sin(e / 2, pos, p);
-        const float x0 = v[k], x1 = v[k + 1];
-        v[k] = rope_first(x0, x1, cs);
-        v[k + 1] = rope_second(x0, x1, cs);
-      }
-    }
-  } else {
-    const int dl = half / kPer;
-#pragma unroll
-    for (int k = 0; k < kPer; ++k) {
-      const int e = kPer * lane + k;
-      const int src = e < half ? lane + dl : e < p.dim ? lane - dl : lane;
-      const float o = __shfl_sync(0xffffffffu, v[k], src);
-      if (e < half) v[k] = rope_first(v[k], o, rope_cos_sin(e, pos, p));
-      else if (e < p.dim) v[k] = rope_second(o, v[k], rope_cos_sin(e - half, pos, p));
-    }
-  }
-}
-
 }  // namespace kvtax::cuda::detail
