@@ -94,16 +94,16 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
                          add_norm(w.attn_norm, w.wqkv ? w.wqkv.get() : w.wq.get());
                          add_norm(w.ffn_norm, w.gate_up ? w.gate_up.get() : w.gate.get());
                        }});
-  classes.push_back({"kv_encode", [&](const auto&, int l) {  // RoPE + encode of one token, rewriting row depth - 1
-                       cuda::encode_kv_rope(cd.layer_target(l), q.as<float>(), nh, y.as<float>(),
-                                            y.as<float>() + size_t(c.n_kv_heads) * hd, 1, depth - 1, b.rope(), s);
-                     }});
   const std::vector<std::pair<const char*, Launch>> step = {
+      {"kv_encode", [&](const auto&, int l) {  // RoPE + encode of one token, rewriting the row at depth - 1
+         const float* k = y.as<float>();
+         cuda::encode_kv_rope(cd.layer_target(l), q.as<float>(), nh, k, k + size_t(c.n_kv_heads) * hd, 1, depth - 1,
+                              b.rope(), s);
+       }},
       {"qkv", [&](const auto& w, int) {
          for (const auto* m : {w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}) gemv(m, after_norm(codes_ready(m)));
        }},
-      {"attention", [&](const auto& w, int l) {
-         // with the int8 codes of its output where wo quantizes x
+      {"attention", [&](const auto& w, int l) {  // with the int8 codes of its output where wo quantizes x
          cuda::decode_attention(cd.layer_view(l, depth), q.as<float>(), nh, att.as<float>(), as.get(), s,
                                 cuda::gemv_quantizes_x(w.wo->type()) ? gs.get() : nullptr);
        }},

@@ -9,10 +9,12 @@
 #           FLOP floor (kvtax_gpu_prefill_bench).
 # Results go to the folder given as $1 (default $OUT, else bench/gpu/out): nvidia_smi.txt, tests.txt,
 # bench.txt, kernels.jsonl, torch.txt, torch.jsonl, decode_step.txt, decode_step.jsonl, prefill.txt,
-# prefill.jsonl, and targets.txt: every target of the CUDA issue, met or missed (bench/gpu/targets.py). KVTAX_GPU_PARTS="a b c" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
+# prefill.jsonl, and targets.txt: every target of the CUDA issue, met or missed (bench/gpu/targets.py).
+# KVTAX_GPU_PARTS="a b c" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
 # make-model (default: the shared fixtures); KVTAX_GPU_LAYERS (default 32) and KVTAX_GPU_DEPTHS the size of b,
 # KVTAX_GPU_CODECS (default f16,fp8,q8,q4r) the KV codecs of b, KVTAX_GPU_BENCH_ARGS extra flags for part a's
-# kvtax_gpu_bench (e.g. --no-attention), KVTAX_GPU_TEST_FILTER picks tests; KVTAX_GPU_PREFILL_LENGTH (default 32768) and KVTAX_GPU_PREFILL_CODECS (default all) that of c.
+# kvtax_gpu_bench (e.g. --no-attention), KVTAX_GPU_TEST_FILTER picks tests; KVTAX_GPU_PREFILL_LENGTH (default
+# 32768) and KVTAX_GPU_PREFILL_CODECS (default all) those of c.
 set -euo pipefail
 here=$(cd "$(dirname "$0")" && pwd)
 out=${1:-${OUT:-$here/out}}

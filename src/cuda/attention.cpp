@@ -9,7 +9,6 @@
 #include "core/error.h"
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
-#include "cuda/kv_encode.h"
 #include "cuda/paged_kv_args.h"
 #include "kv/codecs/layout.h"
 

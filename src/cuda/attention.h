@@ -8,7 +8,6 @@
 #include <cstddef>
 #include <cstdint>
 
-#include "cuda/ops.h"
 #include "cuda/runtime.h"
 #include "kv/cache.h"
 #include "kv/codecs/codec.h"

@@ -6,8 +6,6 @@
 #include <cstdint>
 
 #include "cuda/gemv_launch.h"
-#include "cuda/kv_encode_launch.h"
-#include "cuda/ops.h"
 #include "kv/codecs/codec.h"
 
 namespace kvtax::cuda::detail {

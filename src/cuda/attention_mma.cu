@@ -425,8 +425,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
-  constexpr bool kStaged = is_rotated(C);
-  if constexpr (kStaged) {
+  if constexpr (is_rotated(C)) {
     // Row r in warp (r % kWarps)'s part of the block, beyond the stages the first copies fill: its last stage, or
     // its decoded tile where it has one.
     constexpr int kQAt = G::kDecoded ? G::kStages * G::kRaw : (G::kStages - 1) * G::kRaw;
@@ -438,12 +437,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     for (int r = warp; r < kRows; r += kWarps) {
       float v[kPer];
 #pragma unroll
-      for (int k = 0; k < kPer; ++k) v[k] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + kPer * lane + k] : 0.0f;
-#pragma unroll
-      for (int k = 0; k < kPer; ++k) v[k] *= qscale;
-      if constexpr (is_rotated(C)) {
-        if (r < nr) rotate_warp<D>(v, a.signs, lane, 1.0f / sqrtf(float(D)));
-      }
+      for (int k = 0; k < kPer; ++k)
+        v[k] = r < nr ? a.q[(size_t(h) * a.n_rep + r0 + r) * D + kPer * lane + k] * qscale : 0.0f;
+      if (r < nr) rotate_warp<D>(v, a.signs, lane, 1.0f / sqrtf(float(D)));
 #pragma unroll
       for (int k = 0; k < kPer; ++k) q_row(r)[kPer * lane + k] = v[k];
     }
@@ -484,7 +480,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 
   if (!early) start_copies();
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
-  if constexpr (!kStaged) {
+  if constexpr (!is_rotated(C)) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
@@ -761,8 +757,8 @@ cudaError_t with_form(int n_rep, const F& f) {
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   return with_form<C, D>(a.n_rep, [&]<bool kSwap>() {
-    const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
     if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
+    const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
     return launch_pdl_smem(mma_split_kernel<C, D, kSwap>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
   });
 }

@@ -10,6 +10,14 @@
 namespace kvtax::cuda {
 namespace {
 
+detail::EncodeTables tables_for(kv::CodecId c) {
+  const CodecTables& t = codec_tables();
+  detail::EncodeTables e{t.signs.as<float>(), nullptr, nullptr};
+  if (c == kv::CodecId::tq4) e = {t.signs.as<float>(), t.tq4.as<float>(), t.tq4_thr.as<float>()};
+  if (c == kv::CodecId::tq3) e = {t.signs.as<float>(), t.tq3.as<float>(), t.tq3_thr.as<float>()};
+  return e;
+}
+
 void check_codec(kv::CodecId c, int d) {
   if (int(c) >= kv::kNumCodecs || !decode_supported(c, d))
     fail("CUDA KV encode: no kernel for codec {} with head_dim {} (supported: 64, 128, 256)",
@@ -38,19 +46,11 @@ detail::EncodeArgs paged_args(const KvTarget& dst, const float* k, const float* 
   a.page_bytes = dst.page_bytes;
   a.head_stride = size_t(detail::kPageTokens) * dst.row_bytes;
   a.v_offset = size_t(dst.n_kv_heads) * a.head_stride;
-  a.t = encode_tables(dst.codec);
+  a.t = tables_for(dst.codec);
   return a;
 }
 
 }  // namespace
-
-detail::EncodeTables encode_tables(kv::CodecId c) {
-  const CodecTables& t = codec_tables();
-  detail::EncodeTables e{t.signs.as<float>(), nullptr, nullptr};
-  if (c == kv::CodecId::tq4) e = {t.signs.as<float>(), t.tq4.as<float>(), t.tq4_thr.as<float>()};
-  if (c == kv::CodecId::tq3) e = {t.signs.as<float>(), t.tq3.as<float>(), t.tq3_thr.as<float>()};
-  return e;
-}
 
 void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, int pos0, cudaStream_t s,
                const int* pos_dev) {
@@ -81,7 +81,7 @@ void encode_rows(kv::CodecId codec, int d, const float* x, int n, uint8_t* rows,
   a.row_bytes = kv::layout::row_bytes(codec, d);
   a.k = x;
   a.rows = rows;
-  a.t = encode_tables(codec);
+  a.t = tables_for(codec);
   check(detail::launch_encode(a, s), "KV encode launch");
 }
 

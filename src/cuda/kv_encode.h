@@ -9,7 +9,6 @@
 #include <cstdint>
 
 #include "cuda/attention.h"
-#include "cuda/kv_encode_launch.h"
 #include "cuda/ops.h"
 #include "kv/codecs/codec.h"
 
@@ -34,9 +33,6 @@ void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, i
 // positions, exactly as ops::rope_qk then encode_kv would.
 void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, const float* v, int n_tok, int pos0,
                     const ops::RopeParams& rope, cudaStream_t s = nullptr, const int* pos_dev = nullptr);
-
-// The device tables (rotation signs, tq levels and thresholds) the encoders of codec c read.
-detail::EncodeTables encode_tables(kv::CodecId c);
 
 // Encodes n rows of d values (device, [n][d], not rotated) into contiguous rows (device, [n][row_bytes]):
 // the same kernel as encode_kv, for tests against the CPU encoders and for filling a KV to a depth.

@@ -1,8 +1,7 @@
 #pragma once
 // One rotary pair of one head vector, in the CPU's float steps (theta multiplied pair by pair, so only
-// sinf/cosf differ, <= 2 ulp). One definition for the rope kernel (ops.cu), the KV encoder that rotates k as it
-// encodes it (kv_encode.cu) and the decode split kernel that rotates q itself (attention_mma.cu), so the fused and
-// the separate paths give the same floats.
+// sinf/cosf differ, <= 2 ulp). One definition for the rope kernel (ops.cu) and the KV encoder that rotates k as
+// it encodes it (kv_encode.cu), so the fused and the separate paths give the same floats.
 #include <cuda_runtime.h>
 
 #include "cuda/ops.h"
@@ -19,20 +18,12 @@ __device__ __forceinline__ float2 rope_cos_sin(int i, int pos, const ops::RopePa
   return make_float2(__fmul_rn(cosf(th), p.mscale), __fmul_rn(sinf(th), p.mscale));
 }
 
-// The pair (x0, x1) rotated by cs: its first and its second value.
-__device__ __forceinline__ float rope_first(float x0, float x1, float2 cs) {
-  return __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
-}
-__device__ __forceinline__ float rope_second(float x0, float x1, float2 cs) {
-  return __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
-}
-
 // Rotates pair i of one head's values v (global or shared memory) by cs = rope_cos_sin(i, ...).
 __device__ __forceinline__ void rope_rotate(float* v, int i, float2 cs, const ops::RopeParams& p) {
   const int half = p.dim / 2, a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
   const float x0 = v[a], x1 = v[b];
-  v[a] = rope_first(x0, x1, cs);
-  v[b] = rope_second(x0, x1, cs);
+  v[a] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
+  v[b] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
 }
 
 // v: one head's values; i < p.dim / 2.

@@ -5,10 +5,8 @@
 #include <algorithm>
 #include <cmath>
 #include <cstring>
-#include <string>
 #include <vector>
 
-#include "core/error.h"
 #include "cuda/kv_encode.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
@@ -58,39 +56,23 @@ TEST(CudaKvEncode, EveryCodecMatchesCpuBitForBit) {
   }
 }
 
-// The three rotations the RoPE tests take: plain over the head (variant 0), NeoX over half of it (1), and per-pair
-// factors as llama3's (2).
-class RopeVariants {
- public:
-  explicit RopeVariants(int d) : d_(d), factors_(size_t(d / 2) * 4) {
-    std::vector<float> f(size_t(d / 2));
-    for (int i = 0; i < d / 2; ++i) f[size_t(i)] = 1.0f + 0.125f * float(i % 7);
-    factors_.upload(f.data(), f.size() * 4);
-  }
-  cuda::ops::RopeParams operator()(int variant) const {
-    cuda::ops::RopeParams rp;
-    rp.neox = variant == 1;
-    rp.dim = variant == 1 ? d_ / 2 : d_;
-    rp.theta_scale = std::pow(500000.0f, -2.0f / float(rp.dim));
-    rp.factor = variant == 2 ? factors_.as<float>() : nullptr;
-    return rp;
-  }
-
- private:
-  int d_;
-  cuda::Buffer factors_;
-};
-
 // RoPE fused into the encoder (the decode step's path) vs ops::rope_qk then encode_kv: the same cache bytes and
 // the same rotated q, for plain, NeoX and per-pair-factor (llama3) rotations, at a device-read position.
 TEST(CudaKvEncode, FusedRopeMatchesRopeThenEncode) {
   REQUIRE_GPU();
   const int d = 128, nq = 32, nkv = 8, P = cuda::kv_page_tokens();
-  const RopeVariants rope(d);
+  std::vector<float> factors(d / 2);
+  for (int i = 0; i < d / 2; ++i) factors[size_t(i)] = 1.0f + 0.125f * float(i % 7);
+  cuda::Buffer fd(factors.size() * 4);
+  fd.upload(factors.data(), factors.size() * 4);
   uint64_t seed = 77;
   for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4r, kv::CodecId::tq3})
     for (int variant = 0; variant < 3; ++variant) {
-      const cuda::ops::RopeParams rp = rope(variant);
+      cuda::ops::RopeParams rp;
+      rp.neox = variant == 1;
+      rp.dim = variant == 1 ? 64 : d;  // NeoX over part of the head
+      rp.theta_scale = std::pow(500000.0f, -2.0f / float(rp.dim));
+      rp.factor = variant == 2 ? fd.as<float>() : nullptr;
       const auto q = kvtax::testing::gaussian(size_t(nq) * d, seed++, 1.0f);
       const auto kv = kvtax::testing::gaussian(size_t(2 * nkv) * d, seed++, 1.0f);
       const int pos = P + 44 + 37 * variant;  // in the table's second entry: physical page 0
