@@ -122,6 +122,11 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
   const uint8_t* src = raw + row0 * kRowBytes;
   const uint32_t* pairs_l = pairs + threadIdx.x % kCopies;  // this lane's copy of the pair table
   const int at0 = Layout::at(int(row0), int(u));
+  // f32: the 32 bytes of a unit in shared memory are two 16-byte loads, and in order lanes u and u + 4 would hit the
+  // same banks (2 wavefronts per 128 bytes). Units with bit 2 set load their second half first, so 8 lanes' first
+  // loads cover the 32 banks once; their piece then holds its two 8-byte halves swapped, and is stored so.
+  constexpr bool kF32 = C == kv::CodecId::f32;
+  const int first = kF32 ? int(u >> 2) & 1 : 0;  // the half of the unit this thread loads first
   // Unit j: loads and arithmetic only, its 8 f16 values as one 16-byte piece.
   auto unit = [&](int j) -> uint4 {
     const int jr = j * kRowStep, dtok = jr % kTile;  // rows kTile.. of the raw tile are V
@@ -145,7 +150,14 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
       p.y = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[1] * kCopies]), f2));
       p.z = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[2] * kCopies]), f2));
       p.w = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[3] * kCopies]), f2));
-    } else {  // bf16, f32
+    } else if constexpr (kF32) {
+      const float4* h = reinterpret_cast<const float4*>(src + jr * kRowBytes + 32 * u);
+      const float4 a = h[first], b = h[first ^ 1];
+      p.x = pack_half2(live ? a.x : 0.0f, live ? a.y : 0.0f);
+      p.y = pack_half2(live ? a.z : 0.0f, live ? a.w : 0.0f);
+      p.z = pack_half2(live ? b.x : 0.0f, live ? b.y : 0.0f);
+      p.w = pack_half2(live ? b.z : 0.0f, live ? b.w : 0.0f);
+    } else {  // bf16
       float y[8];
       const float f = layout::unit_decode<C, /*kNc=*/false>(src + jr * kRowBytes, D, int(u), nullptr, y);
       p.x = pack_half2(live ? y[0] * f : 0.0f, live ? y[1] * f : 0.0f);
@@ -169,7 +181,13 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
       const int jr = (j0 + b) * kRowStep, dtok = jr % kTile;
-      *reinterpret_cast<uint4*>((jr < kTile ? k_s : v_s) + at0 + dtok * Layout::kTokStride) = p[b];
+      __half* dst = (jr < kTile ? k_s : v_s) + at0 + dtok * Layout::kTokStride;
+      if constexpr (kF32) {
+        reinterpret_cast<uint2*>(dst)[first] = make_uint2(p[b].x, p[b].y);
+        reinterpret_cast<uint2*>(dst)[first ^ 1] = make_uint2(p[b].z, p[b].w);
+      } else {
+        *reinterpret_cast<uint4*>(dst) = p[b];
+      }
     }
   }
 }

@@ -151,22 +151,7 @@ template <CodecId C, bool kNc = true>
 KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels, float* y) {
   if constexpr (C == CodecId::f32) {
     uint32_t w[8];
-#if defined(__CUDA_ARCH__)
-    if constexpr (!kNc) {
-      // A row in shared memory: units with bit 2 set load their second half first, so that the first loads of 8
-      // lanes on consecutive units cover the 32 banks once (the halves in order hit each bank twice: 2 wavefronts
-      // per 128 bytes instead of 1).
-      const uint4* p = reinterpret_cast<const uint4*>(row + 32 * u);
-      const bool swap = (u >> 2) & 1;
-      const uint4 a = p[swap ? 1 : 0], b = p[swap ? 0 : 1];
-      const uint4 lo = swap ? b : a, hi = swap ? a : b;
-      w[0] = lo.x, w[1] = lo.y, w[2] = lo.z, w[3] = lo.w, w[4] = hi.x, w[5] = hi.y, w[6] = hi.z, w[7] = hi.w;
-    } else {
-      load_words<8, true, kNc>(row + 32 * u, w);
-    }
-#else
     load_words<8, true, kNc>(row + 32 * u, w);
-#endif
     for (int k = 0; k < 8; ++k) {
 #if defined(__CUDA_ARCH__)
       y[k] = __uint_as_float(w[k]);
