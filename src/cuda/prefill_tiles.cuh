@@ -150,7 +150,7 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
       p.y = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[1] * kCopies]), f2));
       p.z = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[2] * kCopies]), f2));
       p.w = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[3] * kCopies]), f2));
-    } else if constexpr (kF32) {
+    } else if constexpr (kF32) {  // the row's floats themselves (layout::unit_decode<f32> reads them in order)
       const float4* h = reinterpret_cast<const float4*>(src + jr * kRowBytes + 32 * u);
       const float4 a = h[first], b = h[first ^ 1];
       p.x = pack_half2(live ? a.x : 0.0f, live ? a.y : 0.0f);
