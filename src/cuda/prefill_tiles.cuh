@@ -110,7 +110,7 @@ __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs
 // unit, its swizzled place in a row and every offset are then compile-time steps from one base, where a generic
 // index walk spent more instructions on divisions and swizzle arithmetic than on the decode (ncu, H200,
 // 2026-12-01: ~60 instructions per 8 fp8 values).
-template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1, int kBatch = kDecodeBatch>
+template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend, const uint32_t* pairs,
                                             __half* k_s, __half* v_s) {
   namespace layout = kv::layout;
@@ -167,11 +167,11 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
     }
     return p;
   };
-  // kBatch units decoded before any of them is stored: the compiler may not move a unit's shared loads above the
+  // kDecodeBatch units decoded before any of them is stored: the compiler may not move a unit's shared loads above the
   // previous unit's store (it cannot tell the tile from the raw bytes and the pair table), so one unit at a time
   // paid two shared-load latencies in a row per unit (ncu, H200, session 16: short-scoreboard stalls, 13.6% of the
   // tq4 prefill kernel's samples, all in its producers).
-  constexpr int kPer = kTotal / kThreads, kB = kPer < kBatch ? kPer : kBatch;
+  constexpr int kPer = kTotal / kThreads, kB = kPer < kDecodeBatch ? kPer : kDecodeBatch;
   static_assert(kPer % kB == 0);
 #pragma unroll
   for (int j0 = 0; j0 < kPer; j0 += kB) {

@@ -106,15 +106,22 @@ KVTAX_HD uint16_t load_u16(const uint8_t* p) {
   return v;
 #endif
 }
-// N 32-bit words from a 4-byte aligned address (16-byte vectors on the device when N is a multiple of 4
-// and the address allows it: callers pass kAligned16 only where the layout guarantees it).
-template <int N, bool kAligned16 = false, bool kNc = true>
+// N 32-bit words from a kAlign-byte aligned address (4, 8 or 16): 16- or 8-byte vectors on the device where N
+// and the alignment allow, which callers state only where the layout guarantees it. In shared memory, 4-byte loads
+// of rows 72 bytes apart (q4) hit one bank twice each, twice the wavefronts of one 8-byte load.
+template <int N, int kAlign = 4, bool kNc = true>
 KVTAX_HD void load_words(const uint8_t* p, uint32_t* w) {
+  static_assert(kAlign == 4 || kAlign == 8 || kAlign == 16);
 #if defined(__CUDA_ARCH__)
-  if constexpr (kAligned16 && N % 4 == 0) {
+  if constexpr (kAlign == 16 && N % 4 == 0) {
     for (int i = 0; i < N / 4; ++i) {
       const uint4 v = kNc ? __ldg(reinterpret_cast<const uint4*>(p) + i) : reinterpret_cast<const uint4*>(p)[i];
       w[4 * i] = v.x; w[4 * i + 1] = v.y; w[4 * i + 2] = v.z; w[4 * i + 3] = v.w;
+    }
+  } else if constexpr (kAlign >= 8 && N % 2 == 0) {
+    for (int i = 0; i < N / 2; ++i) {
+      const uint2 v = kNc ? __ldg(reinterpret_cast<const uint2*>(p) + i) : reinterpret_cast<const uint2*>(p)[i];
+      w[2 * i] = v.x; w[2 * i + 1] = v.y;
     }
   } else {
     for (int i = 0; i < N; ++i)
@@ -122,18 +129,6 @@ KVTAX_HD void load_words(const uint8_t* p, uint32_t* w) {
   }
 #else
   std::memcpy(w, p, 4 * N);
-#endif
-}
-
-// Two 32-bit words from an 8-byte aligned address: one 8-byte load on the device. In shared memory, two 4-byte loads
-// of rows 72 bytes apart (q4) hit one bank twice each: twice the wavefronts of the one 8-byte load.
-template <bool kNc = true>
-KVTAX_HD void load_words8(const uint8_t* p, uint32_t* w) {
-#if defined(__CUDA_ARCH__)
-  const uint2 v = kNc ? __ldg(reinterpret_cast<const uint2*>(p)) : *reinterpret_cast<const uint2*>(p);
-  w[0] = v.x, w[1] = v.y;
-#else
-  std::memcpy(w, p, 8);
 #endif
 }
 
@@ -163,7 +158,7 @@ template <CodecId C, bool kNc = true>
 KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels, float* y) {
   if constexpr (C == CodecId::f32) {
     uint32_t w[8];
-    load_words<8, true, kNc>(row + 32 * u, w);
+    load_words<8, 16, kNc>(row + 32 * u, w);
     for (int k = 0; k < 8; ++k) {
 #if defined(__CUDA_ARCH__)
       y[k] = __uint_as_float(w[k]);
@@ -174,7 +169,7 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
     return 1.0f;
   } else if constexpr (C == CodecId::f16 || C == CodecId::bf16) {
     uint32_t w[4];
-    load_words<4, true, kNc>(row + 16 * u, w);
+    load_words<4, 16, kNc>(row + 16 * u, w);
     for (int k = 0; k < 4; ++k) {
       const uint16_t lo = uint16_t(w[k] & 0xffff), hi = uint16_t(w[k] >> 16);
       if constexpr (C == CodecId::f16) {
@@ -188,23 +183,23 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
     return 1.0f;
   } else if constexpr (C == CodecId::fp8) {
     uint32_t w[2];
-    load_words<2, false, kNc>(row + 4 + 8 * u, w);
+    load_words<2, 4, kNc>(row + 4 + 8 * u, w);
     for (int k = 0; k < 8; ++k) y[k] = e4m3_to_f32(uint8_t(w[k / 4] >> (8 * (k % 4))));
     return load_f32<kNc>(row);
   } else if constexpr (C == CodecId::q8) {
     uint32_t w[2];
-    load_words<2, false, kNc>(row + q_scales_bytes(d) + 8 * u, w);
+    load_words<2, 4, kNc>(row + q_scales_bytes(d) + 8 * u, w);
     for (int k = 0; k < 8; ++k) y[k] = float(int8_t(uint8_t(w[k / 4] >> (8 * (k % 4)))));
     return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
   } else if constexpr (C == CodecId::q4 || C == CodecId::q4r) {
     uint32_t w[2];
-    load_words<2, false, kNc>(row + q_scales_bytes(d) + q4_unit_byte(u), w);
+    load_words<2, 4, kNc>(row + q_scales_bytes(d) + q4_unit_byte(u), w);
     const int sh = q4_unit_shift(u);
     for (int k = 0; k < 8; ++k) y[k] = float(int((w[k / 4] >> (8 * (k % 4) + sh)) & 15) - 8);
     return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
   } else if constexpr (C == CodecId::tq4) {
     uint32_t w[1];
-    load_words<1, false, kNc>(row + 4 + 4 * u, w);
+    load_words<1, 4, kNc>(row + 4 + 4 * u, w);
     for (int k = 0; k < 8; ++k) y[k] = levels[(w[0] >> (4 * k)) & 15];
     return load_f32<kNc>(row);
   } else if constexpr (C == CodecId::tq3) {
@@ -256,12 +251,12 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
   static_assert(kHasUnitDecodeHalf<C>, "no exact f16 form");
   if constexpr (C == CodecId::f16) {
     uint32_t w[4];
-    load_words<4, true, kNc>(row + 16 * u, w);
+    load_words<4, 16, kNc>(row + 16 * u, w);
     for (int k = 0; k < 4; ++k) h[k] = bits_as_half2(w[k]);
     return 1.0f;
   } else if constexpr (C == CodecId::fp8) {
     uint32_t w[2];
-    load_words<2, false, kNc>(row + 4 + 8 * u, w);
+    load_words<2, 4, kNc>(row + 4 + 8 * u, w);
     for (int k = 0; k < 4; ++k) {
       const uint32_t x = __byte_perm(w[k / 2], 0, k % 2 ? 0x3424 : 0x1404);  // codes into bytes 1 and 3
       h[k] = bits_as_half2((x & 0x80008000u) | ((x >> 1) & 0x3f803f80u));
@@ -274,8 +269,8 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
     const uint8_t* codes = row + q_scales_bytes(d);
     // 8-byte aligned where d is a multiple of 128: rows and their d / 32 two-byte scales are whole 8-byte words.
     auto load = [&](int off) {
-      if (d % 128 == 0) load_words8<kNc>(codes + off, w);
-      else load_words<2, false, kNc>(codes + off, w);
+      if (d % 128 == 0) load_words<2, 8, kNc>(codes + off, w);
+      else load_words<2, 4, kNc>(codes + off, w);
     };
     if constexpr (C == CodecId::q8) {
       load(8 * u);
@@ -305,7 +300,7 @@ __device__ __forceinline__ float unit_pair_codes(const uint8_t* row, int u, uint
   static_assert(kPairLevels<C> > 0, "tq4 and tq3 only");
   if constexpr (C == CodecId::tq4) {
     uint32_t w[1];
-    load_words<1, false, kNc>(row + 4 + 4 * u, w);
+    load_words<1, 4, kNc>(row + 4 + 4 * u, w);
     for (int k = 0; k < 4; ++k) idx[k] = (w[0] >> (8 * k)) & 0xffu;
   } else {
     const uint32_t bits = tq3_unit_bits<kNc>(row, u);
