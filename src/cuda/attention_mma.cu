@@ -89,7 +89,14 @@ struct Cfg {
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
   // a quarter of its loop); f16 keeps the per-lane copies, which write the swizzled layout its ldmatrix reads need.
   static constexpr bool kBulk = kHasBulkCopy && !kDirect;
-  static constexpr int kMerge = kWarps * kRows * (D + 2) * 4;
+  // The warps' merge rows (red, at the end of the kernel). In the GQA form at head_dim 128 one store of O^T's
+  // accumulators writes dims 32 (g % 4) + 4 (g / 4) + k of rows 2c (+ 1): with rows D + 2 floats apart they fall
+  // in 8 banks, 4-8 lanes each, on the path of the kernel's last instructions (ncu, session 18: 0.24 M of fp8's 0.27 M
+  // shared-store wavefronts at 32k were conflicts). Rows D + 4 apart and each 4-dim group's order XORed with
+  // g % 4 (red_dim) put the 32 lanes on 32 banks.
+  static constexpr bool kRedSwizzle = kSwap && D == 128;
+  static constexpr int kRedRow = kRedSwizzle ? D + 4 : D + 2;
+  static constexpr int kMerge = kWarps * kRows * kRedRow * 4;
   static constexpr int kQ = kRows * D * 4;
   static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
   static_assert(kRow % 4 == 0 && kRaw % 16 == 0 && kSmem >= kQ);
@@ -345,6 +352,13 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
         mma_16816(o[(q * G::kRuns + r) * 2 + mh], a, pb0, pb1);
       }
   }
+}
+
+// Where dim d of a merge row sits (Cfg::kRedSwizzle): its 4-dim group's order XORed with bits 5-6 of d (g % 4 of the
+// lane that stores it), within the group, so the readers' consecutive dims stay conflict-free.
+template <bool kSwizzle>
+__device__ __forceinline__ int red_dim(int d) {
+  return kSwizzle ? d ^ ((d >> 5) & 3) : d;
 }
 
 // grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8).
@@ -669,7 +683,9 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 
   // Merge the warps, then write this chunk's partial (unnormalised output, max, sum) for rows of the group.
   __syncthreads();  // every warp is done with its stages
-  float* red = reinterpret_cast<float*>(smem);  // [kWarps][kRows][D + 2]
+  float* red = reinterpret_cast<float*>(smem);  // [kWarps][kRows][kRedRow]: D dims (red_dim), max, sum
+  constexpr int kRR = G::kRedRow;
+  constexpr bool kSw = G::kRedSwizzle;
   // This lane's two rows of red: heads g and g + 8, or (kSwap) heads 2c and 2c + 1, whose sums so far cover only
   // this lane's tokens. Accumulator e of a tile is row e >> 1 at dim e & 1 of the pair, or (kSwap: O^T) the reverse.
   if constexpr (kSwap) {
@@ -682,8 +698,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     quad_sum(la, lb);
   }
   {
-    float* ra = red + (warp * kRows + (kSwap ? 2 * c : g)) * (D + 2);
-    float* rb = ra + (kSwap ? 1 : 8) * (D + 2);
+    float* ra = red + (warp * kRows + (kSwap ? 2 * c : g)) * kRR;
+    float* rb = ra + (kSwap ? 1 : 8) * kRR;
 #pragma unroll
     for (int t = 0; t < kOTiles; ++t) {
       int d[2];
@@ -692,7 +708,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 #pragma unroll
       for (int e = 0; e < 4; ++e) {
         const int row = kSwap ? e & 1 : e >> 1, dim = d[kSwap ? e >> 1 : e & 1];
-        (row ? rb : ra)[dim] = o[t][e];
+        (row ? rb : ra)[red_dim<kSw>(dim)] = o[t][e];
       }
     }
     if ((kSwap ? g : c) == 0) {
@@ -707,14 +723,14 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     const int r = i / D, dd = i % D;
     float M = -INFINITY;
 #pragma unroll
-    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red[(w * kRows + r) * (D + 2) + D]);
+    for (int w = 0; w < kWarps; ++w) M = fmaxf(M, red[(w * kRows + r) * kRR + D]);
     float o_sum = 0.0f, L = 0.0f;
 #pragma unroll
     for (int w = 0; w < kWarps; ++w) {
-      const float* rw = red + (w * kRows + r) * (D + 2);
+      const float* rw = red + (w * kRows + r) * kRR;
       if (rw[D] == -INFINITY) continue;  // warp saw no token of this chunk
       const float wt = exp2f(rw[D] - M);
-      o_sum = fmaf(wt, rw[dd], o_sum);
+      o_sum = fmaf(wt, rw[red_dim<kSw>(dd)], o_sum);
       L = fmaf(wt, rw[D + 1], L);
     }
     float* part = a.part + ((size_t(h) * a.n_rep + r0 + r) * a.n_splits + split) * (D + 2);
