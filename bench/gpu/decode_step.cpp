@@ -3,7 +3,8 @@
 // device, then `--steps` single-token evals timed with the host clock (each ends with the logits on the
 // host, as in generation). Roofline: the bytes one step must read (every weight matrix once, one
 // embedding row, the KV at that depth) over the measured device-to-device copy bandwidth. With --parts, each
-// row is followed by where the step's time goes (step_parts below).
+// row is followed by where the step's time goes (step_parts below); with --trace, by a timeline of `--steps`
+// more steps in place (kernel_trace.h: what each kind of kernel adds to the step), every kernel appended to a CSV.
 #include <CLI/CLI.hpp>
 #include <fmt/format.h>
 
@@ -12,6 +13,7 @@
 #include <cstdio>
 #include <fstream>
 #include <functional>
+#include <stdexcept>
 #include <string>
 #include <utility>
 #include <vector>
@@ -24,6 +26,9 @@
 #include "cuda/runtime.h"
 #include "gpu_bench_util.h"
 #include "model/model.h"
+#ifdef KVTAX_HAVE_CUPTI
+#include "kernel_trace.h"
+#endif
 
 namespace kvtax {
 namespace {
@@ -136,7 +141,7 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
 
 int run(int argc, char** argv) {
   CLI::App app{"Whole-model decode step on the CUDA device vs the bandwidth roofline"};
-  std::string model_path, codecs = "f16,fp8,q8,q4r", depths = "2048,8192,32768,131072", json, label;
+  std::string model_path, codecs = "f16,fp8,q8,q4r", depths = "2048,8192,32768,131072", json, label, trace;
   int steps = 32;
   bool parts = false;
   double copy_gbs = 0;
@@ -148,7 +153,11 @@ int run(int argc, char** argv) {
   app.add_option("--label", label, "weights label for the table (default: the first layer's type)");
   app.add_option("--json", json, "append one JSON line per row to this file");
   app.add_flag("--parts", parts, "after each row, the step's time by kernel class (each class alone, all layers)");
+  app.add_option("--trace", trace, "after each row, trace --steps more steps (CUPTI) and append every kernel to this CSV");
   CLI11_PARSE(app, argc, argv);
+#ifndef KVTAX_HAVE_CUPTI
+  if (!trace.empty()) throw std::runtime_error("--trace: this build found no CUPTI headers");
+#endif
 
   auto model = Model::load(model_path);
   const ModelConfig& c = model->config();
@@ -218,6 +227,22 @@ int run(int argc, char** argv) {
                             label, codec, depth, med)
              << js << fmt::format(R"(,"rest_ms":{:.4f}}})", med - sum) << "\n";
       }
+#ifdef KVTAX_HAVE_CUPTI
+      if (!trace.empty()) {
+        gpu_bench::KernelTrace tr;
+        for (int i = 0; i < steps; ++i) cd->eval(tok.data(), 1, logits.data());
+        const std::vector<gpu_bench::KernelRecord> rec = tr.take();
+        std::printf("%s", gpu_bench::trace_summary(rec, steps).c_str());
+        std::fflush(stdout);
+        std::ofstream tf(trace, std::ios::app);
+        if (!tf) throw std::runtime_error("--trace: cannot append to " + trace);
+        uint64_t t0 = UINT64_MAX;
+        for (const auto& r : rec) t0 = std::min(t0, r.start_ns);
+        for (const auto& r : rec)
+          tf << fmt::format("{},{},{},\"{}\",{},{},{},{}\n", label, codec, depth, r.name, r.grid, r.block,
+                            r.start_ns - t0, r.end_ns - t0);
+      }
+#endif
     }
   }
   std::printf("device peak %.2f GiB (weights + KV pages + activations)\n", backend.peak_device_bytes() / 1073741824.0);
