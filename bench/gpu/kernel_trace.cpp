@@ -63,13 +63,17 @@ std::mutex g_mu;
 std::vector<KernelRecord> g_records;
 bool g_active = false;
 
-// "void kvtax::cuda::detail::(anonymous namespace)::f<(kvtax::GgmlType)12, true>(kvtax::...)" -> "f<GgmlType)12,
+// "void kvtax::cuda::detail::(anonymous namespace)::f<(kvtax::GgmlType)12, true>(kvtax::...)" -> "f<(GgmlType)12,
 // true>": the name and template arguments, without namespaces or parameters.
 std::string short_name(const char* mangled) {
   int status = 0;
   char* d = abi::__cxa_demangle(mangled, nullptr, nullptr, &status);
   std::string s = status == 0 && d ? d : mangled;
   std::free(d);
+  auto erase_all = [&](const char* part) {
+    for (size_t at; (at = s.find(part)) != std::string::npos;) s.erase(at, std::char_traits<char>::length(part));
+  };
+  erase_all("(anonymous namespace)::");  // before the '(' of the parameter list is looked for
   int depth = 0;
   for (size_t i = 0; i < s.size(); ++i) {  // the parameter list: the first '(' outside the template arguments
     if (s[i] == '<') ++depth;
@@ -80,8 +84,7 @@ std::string short_name(const char* mangled) {
     }
   }
   if (s.rfind("void ", 0) == 0) s.erase(0, 5);
-  for (const char* ns : {"(anonymous namespace)::", "kvtax::", "cuda::", "detail::", "ops::", "kv::"})
-    for (size_t at; (at = s.find(ns)) != std::string::npos;) s.erase(at, std::char_traits<char>::length(ns));
+  for (const char* ns : {"kvtax::", "cuda::", "detail::", "ops::", "kv::"}) erase_all(ns);
   return s;
 }
 
