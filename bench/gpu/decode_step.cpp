@@ -184,7 +184,9 @@ int run(int argc, char** argv) {
   std::vector<int32_t> tok(1, 1);
   std::vector<float> logits(c.n_vocab);
   for (const std::string& codec : split(codecs)) {
-    auto dec = backend.decoder(parse_kv_spec(codec), max_depth + steps + 8, 0);
+    // Room for the warm-up, the timed steps and (--trace) as many traced ones after the deepest fill.
+    const int room = (trace.empty() ? 1 : 2) * steps + 8;
+    auto dec = backend.decoder(parse_kv_spec(codec), max_depth + room, 0);
     auto* cd = static_cast<cuda::CudaDecoder*>(dec.get());
     for (const std::string& ds : depth_list) {
       const int depth = std::stoi(ds);
