@@ -5,7 +5,8 @@
 
 Takes the (codec, depth) rows (default: the first in the file), splits them into layers at each kernel whose name
 starts with the marker (default: the KV encode, one launch per layer), and prints the middle layer's kernels: what
-each adds to the step (its end minus the previous kernel's end), the idle gap before it, and its own duration, in us.
+each adds to the step (its end minus the previous kernel's end), its start relative to the previous kernel's end
+(negative: it began early, under PDL) and its own duration, in us.
 """
 import csv
 import sys
@@ -29,14 +30,14 @@ def main(argv):
     mid = len(marks) // 2
     first, end = marks[mid], marks[mid + 1]
     print(f"{key[0]} at depth {key[1]}: layer {mid} of {len(marks)} marked ({end - first} kernels)")
-    print(f"{'added':>8} {'idle':>7} {'dur':>8}  kernel [grid x block]")
+    print(f"{'added':>8} {'start':>7} {'dur':>8}  kernel [grid x block]")
     total = 0
     for i in range(first, end):
         name, grid, block, start, stop = recs[i]
         prev = recs[i - 1][4]
-        added, idle = (stop - prev) / 1e3, max(0, start - prev) / 1e3
+        added, rel = (stop - prev) / 1e3, (start - prev) / 1e3
         total += added
-        print(f"{added:8.2f} {idle:7.2f} {(stop - start) / 1e3:8.2f}  {name} [{grid}x{block}]")
+        print(f"{added:8.2f} {rel:7.2f} {(stop - start) / 1e3:8.2f}  {name} [{grid}x{block}]")
     print(f"{total:8.2f} us for the layer")
 
 
