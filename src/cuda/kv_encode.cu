@@ -214,35 +214,54 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
   __shared__ __align__(16) uint8_t rows[kWarps][kMaxRow];
   __shared__ uint8_t codes[kWarps][kMaxD];
   pdl_trigger();  // every block is resident: the attention may launch and prefetch its first tiles
-  pdl_wait();     // k and v come from the kernels before this one
+  // Before the wait, what no kernel before this one writes (positions and page tables come from the host before the
+  // step's first kernel; the RoPE tables are constant): the row, its destination and this lane's rotary angles. Found
+  // after the wait, they put a chain of dependent loads and the angles' arithmetic between the GEMV's end and the
+  // attention's start (trace, H200, session 19: the encode added 4.6-8.1 us to each layer).
   const int w = threadIdx.x / 32, lane = threadIdx.x & 31;
   const int per_tok = a.n_kv * (a.v ? 2 : 1);
   const int r = blockIdx.x * kWarps + w;
-  if (r >= a.n_tok * per_tok) {  // past the K/V rows: q heads to rotate, if any
-    const int qr = r - a.n_tok * per_tok;
-    if (!a.rope || qr >= a.n_tok * a.n_q) return;  // whole warps
-    const int t = qr / a.n_q;
-    const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
-    for (int i = lane; i < a.rp.dim / 2; i += 32) rope_pair(a.q + size_t(qr) * a.d, i, pos, a.rp);
+  const bool kv_row = r < a.n_tok * per_tok;
+  const int qr = r - a.n_tok * per_tok;  // past the K/V rows: q heads to rotate, if any
+  if (!kv_row && (!a.rope || qr >= a.n_tok * a.n_q)) return;  // whole warps
+  const int t = kv_row ? r / per_tok : qr / a.n_q;
+  const int rem = r % per_tok, is_v = kv_row && rem >= a.n_kv ? 1 : 0, h = rem % a.n_kv;
+  const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
+  constexpr int kPairs = kMaxD / 2 / 32;  // rotary pairs per lane at most
+  float2 cs[kPairs];
+  const bool rotate = a.rope && (!kv_row || !is_v);
+  if (rotate) {
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j)
+      if (lane + 32 * j < a.rp.dim / 2) cs[j] = rope_cos_sin(lane + 32 * j, pos, a.rp);
+  }
+  uint8_t* dst = nullptr;
+  if (kv_row) {
+    if (a.pages) {
+      dst = a.pool + size_t(a.pages[pos >> kPageShift]) * a.page_bytes + (is_v ? a.v_offset : 0) +
+            size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
+    } else {
+      dst = a.rows + size_t(t) * a.row_bytes;
+    }
+  }
+  pdl_wait();  // k, v and q come from the kernels before this one
+  if (!kv_row) {
+    float* qv = a.q + size_t(qr) * a.d;
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j)
+      if (lane + 32 * j < a.rp.dim / 2) rope_rotate(qv, lane + 32 * j, cs[j], a.rp);
     return;
   }
-  const int t = r / per_tok, rem = r % per_tok, is_v = rem >= a.n_kv ? 1 : 0, h = rem % a.n_kv;
-  const int pos = a.pos_dev ? a.pos_dev[t] : a.pos0 + t;
   const float* src = (is_v ? a.v : a.k) + (size_t(t) * a.n_kv + h) * a.d;
   for (int i = lane; i < a.d; i += 32) xs[w][i] = src[i];
   __syncwarp();
-  if (a.rope && !is_v) {
-    for (int i = lane; i < a.rp.dim / 2; i += 32) rope_pair(xs[w], i, pos, a.rp);
+  if (rotate) {
+#pragma unroll
+    for (int j = 0; j < kPairs; ++j)
+      if (lane + 32 * j < a.rp.dim / 2) rope_rotate(xs[w], lane + 32 * j, cs[j], a.rp);
     __syncwarp();
   }
   encode_row<C, D>(a.d, xs[w], rows[w], codes[w], a.t);
-  uint8_t* dst;
-  if (a.pages) {
-    dst = a.pool + size_t(a.pages[pos >> kPageShift]) * a.page_bytes + (is_v ? a.v_offset : 0) +
-          size_t(h) * a.head_stride + size_t(pos & (kPageTokens - 1)) * a.row_bytes;
-  } else {
-    dst = a.rows + size_t(t) * a.row_bytes;
-  }
   const uint32_t* s = reinterpret_cast<const uint32_t*>(rows[w]);
   for (int i = lane; i < int(a.row_bytes / 4); i += 32) reinterpret_cast<uint32_t*>(dst)[i] = s[i];
 }
