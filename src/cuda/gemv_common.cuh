@@ -69,12 +69,13 @@ __device__ __forceinline__ float rms_scale(const GemvArgs& a) {
 // The residual epilogue (GemvArgs::res) of a block of 32 rows, their products in dots: the residual add, the next
 // norm's input without its 1/rms, its int8 codes, and the block's sum of squares (float squares summed in double,
 // as ops::rmsnorm). One warp, lane i on row 32 blockIdx.x + i.
-__device__ __forceinline__ void residual_epilogue(const GemvArgs& a, const float* dots) {
+// pre (optional): the rows' residual then norm weights, 32 each, loaded by the caller ahead of time.
+__device__ __forceinline__ void residual_epilogue(const GemvArgs& a, const float* dots, const float* pre = nullptr) {
   if (threadIdx.x >= 32) return;
   const int lane = threadIdx.x, r = blockIdx.x * 32 + lane;
-  const float xn = a.res[r] + dots[lane];
+  const float xn = (pre ? pre[lane] : a.res[r]) + dots[lane];
   a.res[r] = xn;
-  const float xw = __fmul_rn(xn, a.norm_w[r]);
+  const float xw = __fmul_rn(xn, pre ? pre[32 + lane] : a.norm_w[r]);
   if (a.norm_x) a.norm_x[r] = xw;
   if (a.norm_q.xq) quantize_x_block32(xw, blockIdx.x * 32, a.norm_q.xq, a.norm_q.xd, a.norm_q.xs);
   double sq = double(__fmul_rn(xn, xn));

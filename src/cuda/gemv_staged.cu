@@ -38,15 +38,17 @@ constexpr int min_blocks(bool res) { return res ? 1 : 4; }  // 64 registers eith
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
 constexpr int kResRows = 32;       // rows of a block with the residual epilogue (residual_epilogue's 32 lanes)
 
-// A block's shared memory: each warp's stages, their barriers, 32 row results and the norm's 1/rms, then x (float
-// types as floats; quantized ones as int8 codes, then their scales and scale * sum of codes).
-constexpr int x_offset(int warps) { return warps * kStages * (kStageBytes + 8) + 64 * 4; }
+// A block's shared memory: each warp's stages, their barriers, 32 row results, the norm's 1/rms and (RES) the 32 rows'
+// residual and norm weights, then x (float types as floats; quantized ones as int8 codes, then their scales and
+// scale * sum of codes).
+constexpr int kMiscFloats = 128;
+constexpr int x_offset(int warps) { return warps * kStages * (kStageBytes + 8) + kMiscFloats * 4; }
 template <int kWarps>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
   static constexpr int kBarsOff = kWarps * kStages * kStageBytes;
   static constexpr int kMiscOff = kBarsOff + kWarps * kStages * 8;
-  static constexpr int kXOff = kMiscOff + 64 * 4;
+  static constexpr int kXOff = kMiscOff + kMiscFloats * 4;
   static_assert(kXOff == x_offset(kWarps));
 };
 size_t smem_bytes(int warps, GgmlType t, int cols) {
@@ -101,7 +103,17 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
     for (int s = 0; s < kStages; ++s) mbar_init(bars + s * 8, 1);
     for (int i = 0; i < min(n, kStages); ++i) issue(i);
   }
-  pdl_wait();  // x (and the residual) come from the kernels before this one
+  if constexpr (RES) {
+    // The residual was written two kernels back or earlier, by a kernel that finished before the one before this one
+    // launched (the step's kernels before wo and down each trigger after their wait, or launch behind one that
+    // does); read here, its load leaves the epilogue's path.
+    if (warp == kWarps - 1) {
+      const int r = blockIdx.x * kResRows + lane;
+      misc[64 + lane] = a.res[r];
+      misc[96 + lane] = __ldg(a.norm_w + r);
+    }
+  }
+  pdl_wait();  // x comes from the kernels before this one
   pdl_trigger();  // every block is resident: the next kernel's blocks may take what is left of the SMs
   const int4* x_g = reinterpret_cast<const int4*>(kFloat<T> ? static_cast<const void*>(a.x) : a.xq);
   for (int c = threadIdx.x; c < a.cols * (kFloat<T> ? 4 : 1) / 16; c += kThreads)
@@ -154,7 +166,7 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   }
   if constexpr (RES) {
     __syncthreads();
-    residual_epilogue(a, misc);
+    residual_epilogue(a, misc, misc + 64);
   }
 }
 
