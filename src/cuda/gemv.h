@@ -64,7 +64,9 @@ struct GemvFusion {
   // one-block norm kernel sits between two GEMVs: y is not written; res[r] += W_r x; then norm_x[r] = res[r] *
   // norm_w[r] (the norm without its 1/rms, which the GEMVs reading norm_x apply: rms_part), its int8 codes into
   // norm_scratch when set (for a quantized reader), and each block's sum of squares of res (32 rows, in double)
-  // into ss_part[block]. Rows must be a multiple of 32; not with silu_pairs.
+  // into ss_part[block]. Rows must be a multiple of 32; not with silu_pairs. res and norm_w are read before the
+  // GEMV waits for the kernel ahead of it (pdl.cuh): that kernel must not write them, nor launch before their
+  // writer has finished.
   float* res = nullptr;
   const float* norm_w = nullptr;
   float* norm_x = nullptr;
