@@ -41,7 +41,8 @@ constexpr int kResRows = 32;       // rows of a block with the residual epilogue
 // A block's shared memory: each warp's stages, their barriers, 32 row results, the norm's 1/rms and (RES) the 32 rows'
 // residual and norm weights, then x (float types as floats; quantized ones as int8 codes, then their scales and
 // scale * sum of codes).
-constexpr int kMiscFloats = 128;
+// misc: [0, 32) the rows' products, [32] 1/rms, [kMiscRes, kMiscRes + 64) the rows' residual then norm weights.
+constexpr int kMiscRes = 64, kMiscFloats = kMiscRes + 2 * kResRows;
 constexpr int x_offset(int warps) { return warps * kStages * (kStageBytes + 8) + kMiscFloats * 4; }
 template <int kWarps>
 struct SmemLayout {
@@ -109,8 +110,8 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
     // does); read here, its load leaves the epilogue's path.
     if (warp == kWarps - 1) {
       const int r = blockIdx.x * kResRows + lane;
-      misc[64 + lane] = a.res[r];
-      misc[96 + lane] = __ldg(a.norm_w + r);
+      misc[kMiscRes + lane] = a.res[r];
+      misc[kMiscRes + kResRows + lane] = __ldg(a.norm_w + r);
     }
   }
   pdl_wait();  // x comes from the kernels before this one
@@ -166,7 +167,7 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   }
   if constexpr (RES) {
     __syncthreads();
-    residual_epilogue(a, misc, misc + 64);
+    residual_epilogue(a, misc, misc + kMiscRes);
   }
 }
 
