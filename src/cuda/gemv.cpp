@@ -91,6 +91,7 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
   a.rms_part = fuse.rms_part;
   a.rms_n = fuse.rms_n;
   a.rms_eps = fuse.rms_eps;
+  a.blocks_per_sm = fuse.blocks_per_sm;
   check(detail::launch_gemv(a, stream), "GEMV launch");
 }
 

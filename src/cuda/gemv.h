@@ -77,6 +77,9 @@ struct GemvFusion {
   const double* rms_part = nullptr;
   int rms_n = 0;
   float rms_eps = 0;
+  // At most this many blocks per SM (0: as many as fit; 2 takes three stages per warp): a GEMV after a residual GEMV
+  // whose blocks all fit beside that one's streams all its first units before its wait.
+  int blocks_per_sm = 0;
 };
 
 // x: device [cols] f32, y: device [rows] f32. scratch: gemv_scratch_bytes(cols), where a quantized GEMV finds or

@@ -41,6 +41,7 @@ struct GemvArgs {
   const double* rms_part = nullptr;
   int rms_n = 0;
   float rms_eps = 0;
+  int blocks_per_sm = 0;  // GemvFusion::blocks_per_sm
 };
 
 inline bool quantizes_x(GgmlType t) { return t == GgmlType::Q8_0 || t == GgmlType::Q4_0 || t == GgmlType::Q4_K; }

@@ -43,28 +43,31 @@ constexpr int kResRows = 32;       // rows of a block with the residual epilogue
 // scale * sum of codes).
 // misc: [0, 32) the rows' products, [32] 1/rms, [kMiscRes, kMiscRes + 64) the rows' residual then norm weights.
 constexpr int kMiscRes = 64, kMiscFloats = kMiscRes + 2 * kResRows;
-constexpr int x_offset(int warps) { return warps * kStages * (kStageBytes + 8) + kMiscFloats * 4; }
-template <int kWarps>
+constexpr int x_offset(int warps, int stages) { return warps * stages * (kStageBytes + 8) + kMiscFloats * 4; }
+template <int kWarps, int S>
 struct SmemLayout {
   static constexpr int kStagesOff = 0;
-  static constexpr int kBarsOff = kWarps * kStages * kStageBytes;
-  static constexpr int kMiscOff = kBarsOff + kWarps * kStages * 8;
+  static constexpr int kBarsOff = kWarps * S * kStageBytes;
+  static constexpr int kMiscOff = kBarsOff + kWarps * S * 8;
   static constexpr int kXOff = kMiscOff + kMiscFloats * 4;
-  static_assert(kXOff == x_offset(kWarps));
+  static_assert(kXOff == x_offset(kWarps, S));
 };
-size_t smem_bytes(int warps, GgmlType t, int cols) {
-  return size_t(x_offset(warps)) + (float_type(t) ? 4 * size_t(cols) : size_t(cols) + size_t(cols) / 4);
+size_t smem_bytes(int warps, GgmlType t, int cols, int stages = kStages) {
+  return size_t(x_offset(warps, stages)) + (float_type(t) ? 4 * size_t(cols) : size_t(cols) + size_t(cols) / 4);
 }
+// GemvArgs::blocks_per_sm 2 (a GEMV all of whose blocks fit beside a residual GEMV's): a warp has twice the rows, and
+// one more stage takes the first three of its units before the wait.
+constexpr int kBesideStages = 3;
 
 // RES: blocks of 32 rows with the residual epilogue, kResRows / warps rows per warp. Otherwise every block is
 // resident (the grid is what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W):
 // contiguous bytes, balanced to a row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
-template <GgmlType T, bool RES, bool PAIRS>
+template <GgmlType T, bool RES, bool PAIRS, int S = kStages>
 __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
   constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
   using F = Slot<T>;
-  using L = SmemLayout<kWarps>;
+  using L = SmemLayout<kWarps, S>;
   constexpr int kUnitSlots = F::kUnitSlots, kPerLane = kUnitSlots / 32, kChunks = F::kValues * (kFloat<T> ? 4 : 1) / 16;
   extern __shared__ __align__(128) uint8_t smem[];
   float* misc = reinterpret_cast<float*>(smem + L::kMiscOff);
@@ -85,15 +88,15 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   }
   constexpr int kParts = PAIRS ? 2 : 1;  // weight rows per output row
   const int n = (r_end - r_begin) * kParts * units_row;  // this warp's units, weight row by weight row
-  uint8_t* stages = smem + L::kStagesOff + warp * kStages * kStageBytes;
-  const uint32_t bars = smem_addr(smem + L::kBarsOff) + warp * kStages * 8;
+  uint8_t* stages = smem + L::kStagesOff + warp * S * kStageBytes;
+  const uint32_t bars = smem_addr(smem + L::kBarsOff) + warp * S * 8;
   int issue_row = r_begin, issue_part = 0, issue_u = 0;  // lane 0: the next unit to copy
-  auto issue = [&](int i) {                               // unit i into stage i % kStages
+  auto issue = [&](int i) {                               // unit i into stage i % S
     const int s0 = issue_u * kUnitSlots;
-    const uint32_t bytes = uint32_t(min(kUnitSlots, slots_row - s0) * F::kBytes), bar = bars + (i % kStages) * 8;
+    const uint32_t bytes = uint32_t(min(kUnitSlots, slots_row - s0) * F::kBytes), bar = bars + (i % S) * 8;
     const size_t w_row = size_t(issue_row) + size_t(issue_part) * a.rows;
     mbar_expect_bytes(bar, bytes);
-    bulk_copy(smem_addr(stages + (i % kStages) * kStageBytes), a.w + w_row * a.row_bytes + size_t(s0) * F::kBytes,
+    bulk_copy(smem_addr(stages + (i % S) * kStageBytes), a.w + w_row * a.row_bytes + size_t(s0) * F::kBytes,
               bytes, bar);
     if (++issue_u == units_row) {
       issue_u = 0;
@@ -101,8 +104,8 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
     }
   };
   if (lane == 0) {
-    for (int s = 0; s < kStages; ++s) mbar_init(bars + s * 8, 1);
-    for (int i = 0; i < min(n, kStages); ++i) issue(i);
+    for (int s = 0; s < S; ++s) mbar_init(bars + s * 8, 1);
+    for (int i = 0; i < min(n, S); ++i) issue(i);
   }
   if constexpr (RES) {
     // The residual was written two kernels back or earlier, by a kernel that finished before the one before this one
@@ -136,8 +139,8 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   int row = r_begin, part = 0, u = 0;  // the unit being computed
   for (int i = 0; i < n; ++i) {
     const int s0 = u * kUnitSlots, ns = min(kUnitSlots, slots_row - s0);
-    mbar_wait(bars + (i % kStages) * 8, (i / kStages) & 1);
-    const uint8_t* unit = stages + (i % kStages) * kStageBytes;
+    mbar_wait(bars + (i % S) * 8, (i / S) & 1);
+    const uint8_t* unit = stages + (i % S) * kStageBytes;
     if (ns == kUnitSlots) {  // a lane's slots without branches between them: independent chains to interleave
       float p[kPerLane];
 #pragma unroll
@@ -150,7 +153,7 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
         if (lane + 32 * j < ns) acc += F::dot(unit, lane + 32 * j, sx, s0 + lane + 32 * j);
     }
     __syncwarp();  // every lane is done with the stage before the copy engine refills it
-    if (lane == 0 && i + kStages < n) issue(i + kStages);
+    if (lane == 0 && i + S < n) issue(i + S);
     if (++u < units_row) continue;
     u = 0;
     const float v = warp_sum(acc) * scale;
@@ -171,11 +174,11 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   }
 }
 
-template <GgmlType T, bool RES, bool PAIRS = false>
+template <GgmlType T, bool RES, bool PAIRS = false, int S = kStages>
 cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
   constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
-  const size_t smem = smem_bytes(kWarps, T, a.cols);
-  auto* k = gemv_staged_kernel<T, RES, PAIRS>;
+  const size_t smem = smem_bytes(kWarps, T, a.cols, S);
+  auto* k = gemv_staged_kernel<T, RES, PAIRS, S>;
   // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
   // graph): the attribute allowing the largest size so far, and the blocks of the resident grid.
   static std::mutex mu;
@@ -199,6 +202,7 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
       fit = resident[smem] = per_sm * sm_count();
     }
   }
+  if (a.blocks_per_sm > 0) fit = std::min(fit, a.blocks_per_sm * sm_count());
   const int grid = RES ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
   return launch_pdl_smem(k, grid, kThreads, smem, st, a);
 }
@@ -206,6 +210,7 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
 template <GgmlType T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   if (a.res) return launch_kernel<T, true>(a, st);
+  if (a.blocks_per_sm == 2 && !a.silu_pairs) return launch_kernel<T, false, false, kBesideStages>(a, st);
   if constexpr (kFloat<T>) {
     if (a.silu_pairs) return launch_kernel<T, false, true>(a, st);
   }
@@ -230,7 +235,8 @@ bool staged_gemv_fits(const GemvArgs& a) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && float_type(a.type))
     return false;  // float x is staged by 16-byte loads
   if (a.res && a.rows % kResRows != 0) return false;
-  return smem_bytes(warps_of(a.res, float_type(a.type)), a.type, a.cols) <= 227 * 1024;
+  const int stages = a.blocks_per_sm == 2 && !a.res && !a.silu_pairs ? kBesideStages : kStages;
+  return smem_bytes(warps_of(a.res, float_type(a.type)), a.type, a.cols, stages) <= 227 * 1024;
 }
 
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t st) {

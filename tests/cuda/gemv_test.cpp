@@ -69,6 +69,16 @@ TEST_P(CudaGemv, EveryTypeMatchesReference) {
       std::vector<float> y(s.rows);
       yd.download(y.data(), y.size() * 4);
       for (float v : y) ASSERT_TRUE(std::isfinite(v)) << ggml_type_name(t) << " " << s.rows << "x" << s.cols;
+      {  // two blocks per SM (three stages, twice the rows per warp): each row's products in the same order
+        cuda::GemvFusion two;
+        two.blocks_per_sm = 2;
+        yd.fill(0xff);
+        cuda::gemv(w, xd.as<float>(), yd.as<float>(), scratch.get(), nullptr, two);
+        cuda::check(cudaDeviceSynchronize(), "gemv test");
+        std::vector<float> y2(s.rows);
+        yd.download(y2.data(), y2.size() * 4);
+        EXPECT_EQ(y2, y) << ggml_type_name(t) << " " << s.rows << "x" << s.cols << ": two blocks per SM";
+      }
 
       // Kernel error: the same products in float64 over what the GPU multiplies (x quantized for
       // integer types), so only the f32 summation order differs.
