@@ -85,6 +85,33 @@ Buffer& Buffer::operator=(Buffer&& o) noexcept {
   return *this;
 }
 
+HostBuffer::HostBuffer(size_t bytes) : n_(bytes) {
+  if (!bytes) return;
+  const cudaError_t e = cudaMallocHost(&p_, bytes);
+  if (e == cudaErrorMemoryAllocation) {
+    cudaGetLastError();
+    p_ = nullptr;
+    throw DeviceOutOfMemory(fmt::format("CUDA cudaMallocHost of {:.3f} GiB: no page-locked host memory left",
+                                        double(bytes) / (1ull << 30)));
+  }
+  check(e, "cudaMallocHost");
+}
+
+HostBuffer::~HostBuffer() {
+  if (p_) cudaFreeHost(p_);
+}
+
+HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
+  if (this != &o) {
+    if (p_) cudaFreeHost(p_);
+    p_ = o.p_;
+    n_ = o.n_;
+    o.p_ = nullptr;
+    o.n_ = 0;
+  }
+  return *this;
+}
+
 void Buffer::upload(const void* src, size_t bytes, size_t offset) {
   if (offset + bytes > n_) fail("CUDA upload of {} bytes at {} overflows a {}-byte buffer", bytes, offset, n_);
   check(cudaMemcpy(static_cast<uint8_t*>(p_) + offset, src, bytes, cudaMemcpyHostToDevice), "upload");

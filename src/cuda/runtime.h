@@ -48,6 +48,26 @@ class Buffer {
   size_t n_ = 0;
 };
 
+// Owned page-locked host memory (cudaMallocHost), moved not copied: the device copies into it at full speed and
+// without the driver's staging (a 501 KB copy into pageable memory took 82-91 us on the H200 host, 17 us into this).
+class HostBuffer {
+ public:
+  HostBuffer() = default;
+  explicit HostBuffer(size_t bytes);
+  ~HostBuffer();
+  HostBuffer(HostBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
+  HostBuffer& operator=(HostBuffer&& o) noexcept;
+  HostBuffer(const HostBuffer&) = delete;
+  HostBuffer& operator=(const HostBuffer&) = delete;
+
+  template <class T> T* as() const { return static_cast<T*>(p_); }
+  size_t bytes() const { return n_; }
+
+ private:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
 // Event timer around a region of one stream.
 class EventTimer {
  public:
