@@ -11,6 +11,7 @@
 #include <algorithm>
 #include <chrono>
 #include <cstdio>
+#include <cstring>
 #include <fstream>
 #include <functional>
 #include <stdexcept>
@@ -174,6 +175,33 @@ int run(int argc, char** argv) {
               "copy bandwidth %.0f GB/s\n",
               cuda::device_summary().c_str(), model_path.c_str(), c.n_layers, backend.weight_bytes() / 1073741824.0,
               upload_s, weight_read / 1e9, copy_gbs);
+  {
+    // The host's share of a step that ends with the logits on the host, median of 50 each: their copy into pageable
+    // memory, into page-locked memory (as the step does), and from there into the caller's buffer.
+    const size_t bytes = size_t(c.n_vocab) * 4;
+    cuda::Buffer dev(bytes);
+    dev.fill(0);
+    std::vector<float> pageable(c.n_vocab);
+    cuda::HostBuffer pinned(bytes);
+    auto median_us = [&](auto&& copy) {
+      std::vector<double> us;
+      for (int i = 0; i < 50; ++i) {
+        const auto a = std::chrono::steady_clock::now();
+        copy();
+        us.push_back(std::chrono::duration<double, std::micro>(std::chrono::steady_clock::now() - a).count());
+      }
+      std::sort(us.begin(), us.end());
+      return us[us.size() / 2];
+    };
+    auto from_device = [&](void* dst) {
+      return median_us([&] { cuda::check(cudaMemcpy(dst, dev.get(), bytes, cudaMemcpyDeviceToHost), "logits copy"); });
+    };
+    const double pageable_us = from_device(pageable.data()), pinned_us = from_device(pinned.as<void>());
+    const double host_us = median_us([&] { std::memcpy(pageable.data(), pinned.as<void>(), bytes); });
+    std::printf("logits to the host (%.0f KB): %.1f us into pageable memory; %.1f us into page-locked memory, then %.1f "
+                "us into the caller's buffer\n",
+                bytes / 1024.0, pageable_us, pinned_us, host_us);
+  }
   std::printf("%-6s %-5s %7s %10s %9s %10s %9s %8s\n", "weights", "KV", "depth", "KV MB", "ms/tok", "floor ms",
               "% roof", "tok/s");
   std::ofstream jf;
