@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <array>
 #include <cstdlib>
+#include <cstring>
 #include <initializer_list>
 #include <string>
 #include <utility>
@@ -86,7 +87,8 @@ void CudaDecoder::init() {
   if (const char* f = std::getenv("KVTAX_FUSED_NORM")) fused_norm_ = fused_norm_ && std::string(f) != "0";
   attn_scratch_ = Buffer(decode_scratch_bytes(view(0, 1), int(c.n_heads)));
   io_ = Buffer(3 * 4 * kMaxBatch);
-  io_host_.assign(3 * kMaxBatch, 0);
+  io_host_ = HostBuffer(io_.bytes());
+  logits_host_ = HostBuffer(logits_.bytes());
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p :
@@ -193,12 +195,19 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
     if (tokens[t] < 0 || uint32_t(tokens[t]) >= c.n_vocab) fail("token id {} outside the vocabulary", tokens[t]);
   if (!logits) fail("eval: no logits buffer");
   ensure_pages(n_past_ + n);
+  int32_t* io = io_host_.as<int32_t>();
   for (int t = 0; t < n; ++t) {
-    io_host_[size_t(t)] = tokens[t];
-    io_host_[size_t(kMaxBatch + t)] = n_past_ + t;
-    io_host_[size_t(2 * kMaxBatch + t)] = n_past_ + t + 1;
+    io[size_t(t)] = tokens[t];
+    io[size_t(kMaxBatch + t)] = n_past_ + t;
+    io[size_t(2 * kMaxBatch + t)] = n_past_ + t + 1;
   }
-  check(cudaMemcpyAsync(io_.get(), io_host_.data(), io_.bytes(), cudaMemcpyHostToDevice, stream_), "token upload");
+  check(cudaMemcpyAsync(io_.get(), io, io_.bytes(), cudaMemcpyHostToDevice, stream_), "token upload");
+  // Row r's logits to the host: every row straight into the caller's buffer, or the one row through page-locked memory.
+  const size_t row_bytes = size_t(c.n_vocab) * 4;
+  auto copy_logits = [&](int r) {
+    void* out = all_logits ? static_cast<void*>(logits + size_t(r) * c.n_vocab) : logits_host_.as<void>();
+    check(cudaMemcpyAsync(out, logits_.get(), row_bytes, cudaMemcpyDeviceToHost, stream_), "logits");
+  };
   const bool batched = n > 1 && batched_ && prefill_supported(codec_, int(c.head_dim));
   if (batched) {
     for (int off = 0; off < n; off += chunk_) {
@@ -207,26 +216,21 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
       for (int t = all_logits ? 0 : m - 1; t < m; ++t) {
         if (!all_logits && off + m < n) break;  // only the last row of the last chunk
         chunk_logits(t);
-        float* out = all_logits ? logits + size_t(off + t) * c.n_vocab : logits;
-        check(cudaMemcpyAsync(out, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
-              "logits");
+        copy_logits(off + t);
       }
     }
   } else if (n == 1 && use_graph_ && !graph_failed_) {
     run_graph();
-    check(cudaMemcpyAsync(logits, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_), "logits");
+    copy_logits(0);
   } else {
     for (int t = 0; t < n; ++t) {
       const bool want = all_logits || t == n - 1;
       launch_token(t, n_past_ + t + 1, want);
-      if (want) {
-        float* out = all_logits ? logits + size_t(t) * c.n_vocab : logits;
-        check(cudaMemcpyAsync(out, logits_.get(), size_t(c.n_vocab) * 4, cudaMemcpyDeviceToHost, stream_),
-              "logits");
-      }
+      if (want) copy_logits(t);
     }
   }
   check(cudaStreamSynchronize(stream_), "decode step");
+  if (!all_logits) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
   n_past_ += n;
 }
 

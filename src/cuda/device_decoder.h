@@ -99,7 +99,8 @@ class CudaDecoder : public DeviceDecoder {
   Buffer norm_scratch_, ss_part_;
   bool fused_norm_ = true;  // the residual adds and norms run in the wo / down GEMVs (KVTAX_FUSED_NORM=0: kernels)
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
-  std::vector<int32_t> io_host_;
+  HostBuffer io_host_;            // io_'s values, page-locked (so is logits_host_: the one-row logits' way out)
+  HostBuffer logits_host_;
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true, graph_failed_ = false, batched_ = true;
   int chunk_ = 4096;  // set by init()
