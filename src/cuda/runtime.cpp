@@ -58,59 +58,31 @@ std::string device_summary() {
                      double(p.totalGlobalMem) / (1ull << 30), p.l2CacheSize >> 20);
 }
 
-Buffer::Buffer(size_t bytes) : n_(bytes) {
-  if (!bytes) return;
-  const cudaError_t e = cudaMalloc(&p_, bytes);
-  if (e == cudaErrorMemoryAllocation) {
-    cudaGetLastError();  // not sticky: the device stays usable
-    p_ = nullptr;
-    throw DeviceOutOfMemory(fmt::format("CUDA cudaMalloc of {:.3f} GiB: the device is out of memory",
-                                        double(bytes) / (1ull << 30)));
-  }
-  check(e, "cudaMalloc");
-}
+namespace {
 
-Buffer::~Buffer() {
-  if (p_) cudaFree(p_);
-}
-
-Buffer& Buffer::operator=(Buffer&& o) noexcept {
-  if (this != &o) {
-    if (p_) cudaFree(p_);
-    p_ = o.p_;
-    n_ = o.n_;
-    o.p_ = nullptr;
-    o.n_ = 0;
-  }
-  return *this;
-}
-
-HostBuffer::HostBuffer(size_t bytes) : n_(bytes) {
-  if (!bytes) return;
-  const cudaError_t e = cudaMallocHost(&p_, bytes);
+// The allocation, or DeviceOutOfMemory naming it when there is no memory left (that error is not sticky: the device
+// stays usable); any other error as check() reports it.
+void* allocate_or_throw(cudaError_t (*f)(void**, size_t), size_t bytes, const char* what, const char* none_left) {
+  void* p = nullptr;
+  const cudaError_t e = f(&p, bytes);
   if (e == cudaErrorMemoryAllocation) {
     cudaGetLastError();
-    p_ = nullptr;
-    throw DeviceOutOfMemory(fmt::format("CUDA cudaMallocHost of {:.3f} GiB: no page-locked host memory left",
-                                        double(bytes) / (1ull << 30)));
+    throw DeviceOutOfMemory(fmt::format("CUDA {} of {:.3f} GiB: {}", what, double(bytes) / (1ull << 30), none_left));
   }
-  check(e, "cudaMallocHost");
+  check(e, what);
+  return p;
 }
 
-HostBuffer::~HostBuffer() {
-  if (p_) cudaFreeHost(p_);
-}
+}  // namespace
 
-HostBuffer& HostBuffer::operator=(HostBuffer&& o) noexcept {
-  if (this != &o) {
-    if (p_) cudaFreeHost(p_);
-    p_ = o.p_;
-    n_ = o.n_;
-    o.p_ = nullptr;
-    o.n_ = 0;
-  }
-  return *this;
+void* DeviceMemory::allocate(size_t bytes) {
+  return allocate_or_throw(cudaMalloc, bytes, "cudaMalloc", "the device is out of memory");
 }
+void DeviceMemory::release(void* p) { cudaFree(p); }
+void* PageLockedMemory::allocate(size_t bytes) {
+  return allocate_or_throw(cudaMallocHost, bytes, "cudaMallocHost", "no page-locked host memory left");
+}
+void PageLockedMemory::release(void* p) { cudaFreeHost(p); }
 
 void Buffer::upload(const void* src, size_t bytes, size_t offset) {
   if (offset + bytes > n_) fail("CUDA upload of {} bytes at {} overflows a {}-byte buffer", bytes, offset, n_);

@@ -24,49 +24,58 @@ void check(cudaError_t e, const char* what);
 // After a kernel launch: the launch error, if any.
 void check_launch(const char* kernel);
 
-// Owned device memory (cudaMalloc), moved not copied.
-class Buffer {
+// Memory owned through an allocator A (A::allocate throws DeviceOutOfMemory when there is none), moved not copied.
+template <class A>
+class Owned {
  public:
-  Buffer() = default;
-  explicit Buffer(size_t bytes);
-  ~Buffer();
-  Buffer(Buffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
-  Buffer& operator=(Buffer&& o) noexcept;
-  Buffer(const Buffer&) = delete;
-  Buffer& operator=(const Buffer&) = delete;
+  Owned() = default;
+  explicit Owned(size_t bytes) : p_(bytes ? A::allocate(bytes) : nullptr), n_(bytes) {}
+  ~Owned() {
+    if (p_) A::release(p_);
+  }
+  Owned(Owned&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr, o.n_ = 0; }
+  Owned& operator=(Owned&& o) noexcept {
+    if (this != &o) {
+      if (p_) A::release(p_);
+      p_ = o.p_, n_ = o.n_;
+      o.p_ = nullptr, o.n_ = 0;
+    }
+    return *this;
+  }
+  Owned(const Owned&) = delete;
+  Owned& operator=(const Owned&) = delete;
 
   void* get() const { return p_; }
   template <class T> T* as() const { return static_cast<T*>(p_); }
   size_t bytes() const { return n_; }
+
+ protected:
+  void* p_ = nullptr;
+  size_t n_ = 0;
+};
+
+struct DeviceMemory {  // cudaMalloc
+  static void* allocate(size_t bytes);
+  static void release(void* p);
+};
+struct PageLockedMemory {  // cudaMallocHost
+  static void* allocate(size_t bytes);
+  static void release(void* p);
+};
+
+// Owned device memory.
+class Buffer : public Owned<DeviceMemory> {
+ public:
+  using Owned::Owned;
   void upload(const void* src, size_t bytes, size_t offset = 0);
   void download(void* dst, size_t bytes, size_t offset = 0) const;
   // Every byte set to `byte` (0xff makes floats NaN: unwritten outputs show up).
   void fill(uint8_t byte);
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
 };
 
-// Owned page-locked host memory (cudaMallocHost), moved not copied: the device copies into it at full speed and
-// without the driver's staging (501 KB into pageable memory took 55-92 us on the H200 machine, into this 15-17 us).
-class HostBuffer {
- public:
-  HostBuffer() = default;
-  explicit HostBuffer(size_t bytes);
-  ~HostBuffer();
-  HostBuffer(HostBuffer&& o) noexcept : p_(o.p_), n_(o.n_) { o.p_ = nullptr; o.n_ = 0; }
-  HostBuffer& operator=(HostBuffer&& o) noexcept;
-  HostBuffer(const HostBuffer&) = delete;
-  HostBuffer& operator=(const HostBuffer&) = delete;
-
-  template <class T> T* as() const { return static_cast<T*>(p_); }
-  size_t bytes() const { return n_; }
-
- private:
-  void* p_ = nullptr;
-  size_t n_ = 0;
-};
+// Owned page-locked host memory: the device copies into it at full speed and without the driver's staging (501 KB
+// into pageable memory took 55-92 us on the H200 machine, into this 15-17 us).
+using HostBuffer = Owned<PageLockedMemory>;
 
 // Event timer around a region of one stream.
 class EventTimer {
