@@ -141,7 +141,6 @@ std::vector<StepPart> step_parts(const cuda::CudaBackend& b, cuda::CudaDecoder& 
 }
 
 constexpr int kMaxWarmup = 400;
-constexpr std::chrono::milliseconds kWarmup{300};
 
 int run(int argc, char** argv) {
   CLI::App app{"Whole-model decode step on the CUDA device vs the bandwidth roofline"};
@@ -153,6 +152,9 @@ int run(int argc, char** argv) {
   app.add_option("--codecs", codecs, "KV codecs");
   app.add_option("--depths", depths, "KV depths in tokens");
   app.add_option("--steps", steps, "timed decode steps per depth (median)")->check(CLI::Range(3, 10000));
+  int warmup_ms = 300;
+  app.add_option("--warmup-ms", warmup_ms, "untimed steps before each row's timed ones, at least 3, at most 400")
+      ->check(CLI::Range(0, 60000));
   app.add_option("--copy-gbs", copy_gbs, "copy bandwidth in GB/s (default: measured here)");
   app.add_option("--label", label, "weights label for the table (default: the first layer's type)");
   app.add_option("--json", json, "append one JSON line per row to this file");
@@ -222,11 +224,12 @@ int run(int argc, char** argv) {
     for (const std::string& ds : depth_list) {
       const int depth = std::stoi(ds);
       cd->fill_random(depth, 1234 + uint64_t(depth));
-      // Warm-up: pages, module load, and a settling time. Right after a 17 GB pool was freed (f16 at 128k), the next
-      // decoder's 2k steps took 0.35 ms more of host time for at least their first ~60 ms (session 20).
+      // Warm-up: pages, module load, and --warmup-ms of settling. Right after a 17 GB pool was freed (f16 at 128k), the
+      // median of the next decoder's 2k steps, its first ~60 ms of them, was 0.35 ms higher, in host time (session 20).
       const auto w0 = std::chrono::steady_clock::now();
       int warm = 0;
-      for (; warm < kMaxWarmup && (warm < 3 || std::chrono::steady_clock::now() - w0 < kWarmup); ++warm)
+      const auto settle = std::chrono::milliseconds(warmup_ms);
+      for (; warm < kMaxWarmup && (warm < 3 || std::chrono::steady_clock::now() - w0 < settle); ++warm)
         cd->eval(tok.data(), 1, logits.data());
       std::vector<double> ms;
       for (int i = 0; i < steps; ++i) {
