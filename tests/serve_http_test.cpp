@@ -89,12 +89,11 @@ TEST_F(Serve, WholeAndStreamedShapes) {
   // Greedy: the same text whole and streamed (invalid UTF-8 from the random model becomes U+FFFD in both).
   EXPECT_EQ(streamed, j["choices"][0]["message"]["content"].get<std::string>());
 
-  auto comp = c.Post("/v1/completions", json{{"model", "tiny"}, {"prompt", "Once"}, {"max_tokens", 3}}.dump(),
-                     "application/json");
+  auto comp = c.Post("/v1/completions", kvtax::testing::completion("Once", 3).dump(), "application/json");
   ASSERT_TRUE(comp);
   ASSERT_EQ(comp->status, 200) << comp->body;
   EXPECT_EQ(json::parse(comp->body)["object"], "text_completion");
-  EXPECT_EQ(json::parse(comp->body)["usage"]["completion_tokens"], 3);
+  EXPECT_EQ(json::parse(comp->body)["usage"]["completion_tokens"], 3) << comp->body;
 }
 
 TEST_F(Serve, PrefixCacheReportsCachedTokens) {
