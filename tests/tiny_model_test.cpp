@@ -1,7 +1,9 @@
 // The tiny architecture with make-model's own byte vocabulary: a whole random-weight model with no fixture.
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <filesystem>
+#include <vector>
 
 #include <unistd.h>
 
@@ -44,5 +46,32 @@ TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
   const auto res = generate(fw, prompt, g);
   EXPECT_EQ(res.tokens.size(), 8u);
   EXPECT_EQ(fw.n_past(), int(prompt.size()) + 7);
+
+  // A decoder with a logits row of its own (as the device's page-locked one): generate() has it write there and
+  // samples from there, with the same tokens.
+  struct RowDecoder : Decoder {
+    Forward& fw;
+    std::vector<float> row;
+    int evals = 0, into_row = 0;
+    explicit RowDecoder(Forward& f) : fw(f), row(f.model().config().n_vocab) {}
+    void eval(const int32_t* t, int n, float* logits, bool all) override {
+      ++evals;
+      into_row += logits == row.data();
+      fw.eval(t, n, row.data(), all);
+      if (logits != row.data()) std::copy(row.begin(), row.end(), logits);
+    }
+    float* logits_row() override { return row.data(); }
+    int n_past() const override { return fw.n_past(); }
+    int max_context() const override { return fw.max_context(); }
+    int max_batch() const override { return fw.max_batch(); }
+    const Model& model() const override { return fw.model(); }
+    void reset() override { fw.reset(); }
+  };
+  fw.reset();
+  RowDecoder rd(fw);
+  const auto again = generate(rd, prompt, g);
+  EXPECT_EQ(again.tokens, res.tokens);
+  EXPECT_GT(rd.evals, 0);
+  EXPECT_EQ(rd.into_row, rd.evals);
   std::filesystem::remove(out);
 }

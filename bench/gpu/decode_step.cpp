@@ -160,6 +160,10 @@ int run(int argc, char** argv) {
   app.add_option("--json", json, "append one JSON line per row to this file");
   app.add_flag("--parts", parts, "after each row, the step's time by kernel class (each class alone, all layers)");
   app.add_option("--trace", trace, "after each row, trace --steps more steps (CUPTI) and append every kernel to this CSV");
+  bool caller_logits = false;
+  app.add_flag("--caller-logits", caller_logits,
+               "each step's logits into a buffer of the bench's own (a host copy after the device's), not read in the "
+               "decoder's page-locked row as generate() reads them");
   CLI11_PARSE(app, argc, argv);
 #ifndef KVTAX_HAVE_CUPTI
   if (!trace.empty()) throw std::runtime_error("--trace: this build found no CUPTI headers");
@@ -221,6 +225,7 @@ int run(int argc, char** argv) {
     const int room = (trace.empty() ? 1 : 2) * steps + kMaxWarmup + 8;
     auto dec = backend.decoder(parse_kv_spec(codec), max_depth + room, 0);
     auto* cd = static_cast<cuda::CudaDecoder*>(dec.get());
+    float* out = caller_logits ? logits.data() : cd->logits_row();
     for (const std::string& ds : depth_list) {
       const int depth = std::stoi(ds);
       cd->fill_random(depth, 1234 + uint64_t(depth));
@@ -230,12 +235,12 @@ int run(int argc, char** argv) {
       int warm = 0;
       const auto settle = std::chrono::milliseconds(warmup_ms);
       for (; warm < kMaxWarmup && (warm < 3 || std::chrono::steady_clock::now() - w0 < settle); ++warm)
-        cd->eval(tok.data(), 1, logits.data());
+        cd->eval(tok.data(), 1, out);
       std::vector<double> ms;
       for (int i = 0; i < steps; ++i) {
         tok[0] = int32_t((i * 7919 + 13) % int(c.n_vocab));
         const auto a = std::chrono::steady_clock::now();
-        cd->eval(tok.data(), 1, logits.data());
+        cd->eval(tok.data(), 1, out);
         ms.push_back(std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count());
       }
       std::sort(ms.begin(), ms.end());
@@ -271,7 +276,7 @@ int run(int argc, char** argv) {
 #ifdef KVTAX_HAVE_CUPTI
       if (!trace.empty()) {
         gpu_bench::KernelTrace tr;
-        for (int i = 0; i < steps; ++i) cd->eval(tok.data(), 1, logits.data());
+        for (int i = 0; i < steps; ++i) cd->eval(tok.data(), 1, out);
         const std::vector<gpu_bench::KernelRecord> rec = tr.take();
         std::printf("%s", gpu_bench::trace_summary(rec, steps).c_str());
         std::fflush(stdout);

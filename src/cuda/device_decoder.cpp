@@ -215,7 +215,7 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
     }
   }
   check(cudaStreamSynchronize(stream_), "decode step");
-  if (!all_logits) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
+  if (!all_logits && logits != logits_row()) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
   n_past_ += n;
 }
 

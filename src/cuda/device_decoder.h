@@ -38,6 +38,7 @@ class CudaDecoder : public DeviceDecoder {
   ~CudaDecoder() override;
 
   void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) override;
+  float* logits_row() override { return logits_host_.as<float>(); }
   int n_past() const override { return n_past_; }
   int max_context() const override { return max_context_; }
   int max_batch() const override { return kMaxBatch; }

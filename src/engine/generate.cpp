@@ -67,7 +67,8 @@ using detail::StopScanner;
 
 Generation::Generation(const tok::Tokenizer& tokenizer, int n_vocab, const std::vector<int32_t>& prompt,
                        const GenerateOptions& o, int n_past, int max_context)
-    : tokenizer_(tokenizer), o_(o), prompt_(prompt), sampler_(o.sampler), logits_(size_t(n_vocab)),
+    : tokenizer_(tokenizer), o_(o), prompt_(prompt), sampler_(o.sampler), own_logits_(size_t(n_vocab)),
+      logits_(own_logits_.data()),
       n_past_(n_past), max_context_(max_context) {
   if (prompt_.empty()) fail("empty prompt");
   if (o_.cached_prefix < 0 || size_t(o_.cached_prefix) >= prompt_.size() || o_.cached_prefix > n_past)
@@ -126,9 +127,9 @@ void Generation::sample() {
   GenerateStats& st = out_.stats;
   const int i = st.generated_tokens;
   if (i >= max_new_) return finish("");  // nothing to generate (max_tokens 0, empty teacher)
-  const int n_vocab = int(logits_.size());
-  if (o_.teacher || o_.want_logprobs) out_.logprobs.push_back(log_softmax(logits_.data(), n_vocab));
-  const int32_t next = o_.teacher ? (*o_.teacher)[size_t(i)] : sampler_.sample(logits_.data(), n_vocab);
+  const int n_vocab = int(own_logits_.size());
+  if (o_.teacher || o_.want_logprobs) out_.logprobs.push_back(log_softmax(logits_, n_vocab));
+  const int32_t next = o_.teacher ? (*o_.teacher)[size_t(i)] : sampler_.sample(logits_, n_vocab);
   const double now = now_seconds();
   if (i == 0) st.ttft_s = now - t0_;
   else st.itl_s.push_back(now - t_last_);
@@ -154,6 +155,7 @@ void Generation::finish(const char* reason) {
 
 GenerateOutput generate(Decoder& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
   Generation g(fw.model().tokenizer(), int(fw.model().config().n_vocab), prompt, o, fw.n_past(), fw.max_context());
+  g.use_logits_row(fw.logits_row());
   for (auto t = g.next(fw.max_batch()); !t.empty(); t = g.next(fw.max_batch())) {
     fw.eval(t.data(), int(t.size()), g.logits());
     g.advance();

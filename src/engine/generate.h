@@ -71,8 +71,10 @@ class Generation {
   // The tokens to evaluate next: a prefill chunk of at most max_tokens, or the last sampled token.
   // Empty once done() (cancellation is noticed here, before a chunk, and after each sampled token).
   std::span<const int32_t> next(int max_tokens);
-  float* logits() { return logits_.data(); }  // [n_vocab]: the last evaluated token's logits go here
-  void advance();                             // after evaluating what next() returned
+  float* logits() { return logits_; }  // [n_vocab]: the last evaluated token's logits go here
+  // logits() is `row` from now on (Decoder::logits_row: where the decoder writes them fastest); nullptr: no change.
+  void use_logits_row(float* row) { logits_ = row ? row : logits_; }
+  void advance();  // after evaluating what next() returned
   bool done() const { return done_; }
   bool prefilling() const { return !done_ && cursor_ < prompt_.size(); }
   int n_past() const { return n_past_; }      // tokens in the sequence's cache, by this generation's count
@@ -88,7 +90,8 @@ class Generation {
   GenerateOptions o_;
   std::vector<int32_t> prompt_;
   Sampler sampler_;
-  std::vector<float> logits_;
+  std::vector<float> own_logits_;
+  float* logits_;
   std::unique_ptr<detail::StopScanner> scanner_;
   GenerateOutput out_;
   size_t cursor_ = 0;  // next prompt token to evaluate

@@ -14,6 +14,9 @@ class Decoder {
   // Runs n tokens at positions n_past() .. n_past()+n-1 and appends their K/V; logits receives the last
   // token's logits ([n_vocab]) or, with all_logits, every token's ([n][n_vocab]).
   virtual void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) = 0;
+  // Where eval() writes one row of logits fastest, or nullptr where every buffer is as good: a device decoder's
+  // page-locked row, which the device copies into with no host copy after it. Valid as long as the decoder.
+  virtual float* logits_row() { return nullptr; }
   virtual int n_past() const = 0;
   virtual int max_context() const = 0;
   virtual int max_batch() const = 0;

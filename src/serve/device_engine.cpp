@@ -20,6 +20,7 @@ class DeviceSeq : public EngineSeq {
   int n_past() const override { return dec->n_past(); }
   void clear() override { dec->reset(); }
   void truncate(int n) override { dec->truncate(n); }
+  float* logits_row() override { return dec->logits_row(); }
   // The device keeps every token in one codec (no window or tiers), so any common prefix can be kept.
   int reusable(const std::vector<int32_t>& cached, const std::vector<int32_t>& prompt) const override {
     if (prompt.empty()) return 0;

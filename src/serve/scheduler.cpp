@@ -216,6 +216,7 @@ bool Scheduler::start(Slot& slot, const std::shared_ptr<Job>& job) {
     slot.tokens.resize(size_t(keep));
     slot.gen = std::make_unique<Generation>(model_.tokenizer(), int(model_.config().n_vocab), job->prompt, o, keep,
                                             cfg_.max_context);
+    slot.gen->use_logits_row(slot.cache->logits_row());
   } catch (const std::exception& e) {
     slot.cache->clear();
     slot.tokens.clear();

@@ -29,6 +29,8 @@ class EngineSeq {
   virtual void truncate(int n) = 0;  // exact for n <= reusable() of a prompt
   // Tokens of `prompt` this cache (holding `cached`, its token at each position) can keep.
   virtual int reusable(const std::vector<int32_t>& cached, const std::vector<int32_t>& prompt) const = 0;
+  // Where this sequence's eval writes one row of logits fastest (Decoder::logits_row), or nullptr.
+  virtual float* logits_row() { return nullptr; }
 };
 
 // One sequence's share of a step: n tokens at positions seq->n_past() .., the last one's logits out.

@@ -14,6 +14,7 @@
 
 #include <unistd.h>
 
+#include <algorithm>
 #include <cmath>
 #include <cstdio>
 #include <filesystem>
@@ -118,6 +119,29 @@ TEST(CudaModel, LogitsMatchCpuBackend) {
     }
     std::filesystem::remove(path);
   }
+}
+
+// eval() into the decoder's own page-locked row (Decoder::logits_row, as generate() reads the logits) leaves the same
+// floats as eval() into a buffer of the caller's, for the prompt and for each step.
+TEST(CudaModel, LogitsRowHoldsTheSameLogits) {
+  REQUIRE_GPU();
+  const std::string path = make({"row", GgmlType::F16, false, false, 0.0});
+  auto model = Model::load(path);
+  cuda::CudaBackend backend(*model);
+  const int n_vocab = int(model->config().n_vocab);
+  auto a = backend.decoder(parse_kv_spec("fp8"), 64, 0), b = backend.decoder(parse_kv_spec("fp8"), 64, 0);
+  ASSERT_NE(b->logits_row(), nullptr);
+  std::vector<int32_t> toks(40);
+  for (int i = 0; i < 40; ++i) toks[size_t(i)] = int32_t((i * 37 + 5) % n_vocab);
+  std::vector<float> la(n_vocab);
+  for (int at = 0; at < 40; at += at == 0 ? 30 : 1) {  // a 30-token prompt, then single steps
+    const int n = at == 0 ? 30 : 1;
+    a->eval(toks.data() + at, n, la.data());
+    std::fill(b->logits_row(), b->logits_row() + n_vocab, NAN);  // poison
+    b->eval(toks.data() + at, n, b->logits_row());
+    EXPECT_TRUE(std::equal(la.begin(), la.end(), b->logits_row())) << "position " << at;
+  }
+  std::filesystem::remove(path);
 }
 
 TEST(CudaModel, RejectsWhatTheDeviceDoesNotServe) {
