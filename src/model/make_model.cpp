@@ -8,13 +8,12 @@
 //   norms             1 + 0.02 N(0, 1);  biases 0.02 N(0, 1)
 #include "model/make_model.h"
 
-#include <unistd.h>
-
 #include <cmath>
 #include <cstring>
 #include <filesystem>
 
 #include "core/error.h"
+#include "core/find_upward.h"
 #include "tokenizer/byte_alphabet.h"
 #include "core/f16.h"
 #include "core/thread_pool.h"
@@ -212,24 +211,12 @@ std::vector<float> llama3_rope_factors(uint32_t head_dim, float theta, float fac
 }
 
 std::string find_vocab_dir() {
-  std::error_code ec;
   if (const char* env = std::getenv("KVTAX_SHARED_DIR"); env && *env) {
+    std::error_code ec;
     const fs::path p = fs::path(env) / "fixtures" / "vocab";
     if (fs::is_directory(p, ec)) return p.string();
   }
-  std::vector<fs::path> starts;
-  char exe[4096];
-  const ssize_t n = ::readlink("/proc/self/exe", exe, sizeof(exe) - 1);
-  if (n > 0) starts.push_back(fs::path(std::string(exe, size_t(n))).parent_path());
-  starts.push_back(fs::current_path(ec));
-  for (fs::path p : starts) {
-    for (; !p.empty(); p = p.parent_path()) {
-      const fs::path cand = p / "shared" / "fixtures" / "vocab";
-      if (fs::is_directory(cand, ec)) return cand.string();
-      if (p == p.parent_path()) break;
-    }
-  }
-  return "";
+  return find_upward("shared/fixtures/vocab", PathKind::directory);
 }
 
 MakeModelResult make_model(const MakeModelOptions& opt) {
