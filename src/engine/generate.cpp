@@ -68,8 +68,7 @@ using detail::StopScanner;
 Generation::Generation(const tok::Tokenizer& tokenizer, int n_vocab, const std::vector<int32_t>& prompt,
                        const GenerateOptions& o, int n_past, int max_context)
     : tokenizer_(tokenizer), o_(o), prompt_(prompt), sampler_(o.sampler), own_logits_(size_t(n_vocab)),
-      logits_(own_logits_.data()),
-      n_past_(n_past), max_context_(max_context) {
+      logits_(own_logits_.data()), n_past_(n_past), max_context_(max_context) {
   if (prompt_.empty()) fail("empty prompt");
   if (o_.cached_prefix < 0 || size_t(o_.cached_prefix) >= prompt_.size() || o_.cached_prefix > n_past)
     fail("generate: cached prefix of {} tokens is invalid for a {}-token prompt and {} cached tokens", o_.cached_prefix,
