@@ -1,11 +1,17 @@
 #include <gtest/gtest.h>
 
+#include <unistd.h>
+
 #include <atomic>
 #include <cmath>
 #include <cstring>
+#include <filesystem>
+#include <fstream>
+#include <string>
 #include <vector>
 
 #include "core/f16.h"
+#include "core/find_upward.h"
 #include "core/memory.h"
 #include "core/thread_pool.h"
 
@@ -60,4 +66,24 @@ TEST(Memory, PeakIsAtLeastCurrent) {
   std::vector<char> big(64 << 20);
   std::memset(big.data(), 1, big.size());
   EXPECT_GE(peak_rss_bytes(), rss + (60u << 20));
+}
+
+// The nearest ancestor of the working directory holding the path (the executable's ancestors, searched first, do not
+// hold this test's unique name), files and directories told apart.
+TEST(FindUpward, NearestAncestorOfTheWorkingDirectory) {
+  namespace fs = std::filesystem;
+  const fs::path root = fs::temp_directory_path() / ("kvtax-find-" + std::to_string(::getpid()));
+  const std::string rel = "kvtax-find-" + std::to_string(::getpid()) + "-mark/x.txt";
+  fs::create_directories(root / "a/b/c");
+  fs::create_directories(root / "a" / fs::path(rel).parent_path());
+  std::ofstream(root / "a" / rel) << "x";
+  const fs::path before = fs::current_path();
+  fs::current_path(root / "a/b/c");
+  EXPECT_EQ(kvtax::find_upward(rel, kvtax::PathKind::file), (root / "a" / rel).string());
+  EXPECT_EQ(kvtax::find_upward(fs::path(rel).parent_path().string(), kvtax::PathKind::directory),
+            (root / "a" / fs::path(rel).parent_path()).string());
+  EXPECT_EQ(kvtax::find_upward(rel, kvtax::PathKind::directory), "");  // a file, not a directory
+  EXPECT_EQ(kvtax::find_upward(rel + ".missing", kvtax::PathKind::file), "");
+  fs::current_path(before);
+  fs::remove_all(root);
 }
