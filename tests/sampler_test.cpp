@@ -1,6 +1,8 @@
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <cmath>
+#include <random>
 #include <vector>
 
 #include "engine/sampler.h"
@@ -50,4 +52,120 @@ TEST(Sampler, SameSeedSameSequence) {
   o.seed = 7;
   Sampler a(o), b(o);
   for (int i = 0; i < 100; ++i) EXPECT_EQ(a.sample(l.data(), 50), b.sample(l.data(), 50));
+}
+
+namespace {
+
+// The chain as the sampler ran it before it kept only what the cuts need: the whole vocabulary copied and sorted by
+// logit, top-k, top-p (over the kept set's probabilities at temperature 1), min-p, then the draws at the temperature.
+struct ReferenceChain {
+  std::vector<int32_t> kept;  // token ids, largest logit first
+  std::vector<double> w;      // their weights at the temperature
+  double total = 0;
+  ReferenceChain(const std::vector<float>& l, const SamplerOptions& o) {
+    std::vector<std::pair<float, int32_t>> c(l.size());
+    for (size_t i = 0; i < l.size(); ++i) c[i] = {l[i], int32_t(i)};
+    std::sort(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first > b.first; });
+    size_t keep = o.top_k > 0 ? std::min(c.size(), size_t(o.top_k)) : c.size();
+    std::vector<double> p(keep);
+    double sum = 0;
+    for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(double(c[i].first - c[0].first));
+    if (o.top_p < 1.0f) {
+      double cum = 0;
+      for (size_t i = 0; i < keep; ++i)
+        if ((cum += p[i] / sum) >= o.top_p) {
+          keep = i + 1;
+          break;
+        }
+    }
+    if (o.min_p > 0.0f) {
+      size_t i = 1;
+      while (i < keep && p[i] >= o.min_p * p[0]) ++i;
+      keep = i;
+    }
+    for (size_t i = 0; i < keep; ++i) {
+      kept.push_back(c[i].second);
+      w.push_back(std::exp(double(c[i].first - c[0].first) / o.temperature));
+      total += w.back();
+    }
+  }
+  int32_t draw(std::mt19937_64& rng) const {
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng);
+    size_t i = 0;
+    while (i + 1 < kept.size() && (u -= w[i]) >= 0) ++i;
+    return kept[i];
+  }
+};
+
+// A vocabulary (llama3's size by default) with distinct logits: a dozen strong tokens, as a model's are, over a long
+// tail that holds ~0.2% of the probability.
+std::vector<float> big_logits(uint32_t seed, size_t n = 128256) {
+  std::mt19937 g(seed);
+  std::normal_distribution<float> d(0.0f, 2.0f);
+  std::vector<float> l(n);
+  for (size_t i = 0; i < l.size(); ++i) l[i] = d(g) + 1e-6f * float(i % 1000);
+  for (int i = 0; i < 12; ++i) l[size_t(g() % l.size())] += 20.0f - 0.5f * float(i);
+  return l;
+}
+
+}  // namespace
+
+// The cuts need only the top candidates in order: the same tokens as sorting the whole vocabulary, draw for draw.
+TEST(Sampler, CutsOverABigVocabularyDrawWhatTheFullSortDraws) {
+  const std::vector<float> l = big_logits(3);
+  struct Cut { int top_k; float top_p, min_p, temperature; };
+  const Cut cuts[] = {{40, 0.95f, 0.05f, 0.8f},  // llama.cpp's defaults
+                      {0, 0.99999f, 0.0f, 1.0f}, // top-p deep into the tail: past the first 256 candidates
+                      {0, 0.5f, 0.0f, 0.7f},     // top-p among the strong tokens
+                      {0, 1.0f, 0.02f, 1.3f},    // min-p alone
+                      {1000, 1.0f, 0.0f, 1.0f}}; // a wide top-k
+  for (const Cut& c : cuts) {
+    SamplerOptions o;
+    o.top_k = c.top_k, o.top_p = c.top_p, o.min_p = c.min_p, o.temperature = c.temperature, o.seed = 11;
+    Sampler s(o);
+    const ReferenceChain ref(l, o);
+    if (c.top_p > 0.9999f && c.top_p < 1.0f) {
+      EXPECT_GT(ref.kept.size(), 256u) << "the cut should lie past the first candidates";
+    }
+    std::mt19937_64 rng(o.seed);
+    int same = 0;
+    for (int i = 0; i < 100; ++i) same += s.sample(l.data(), int(l.size())) == ref.draw(rng);
+    EXPECT_EQ(same, 100) << "top_k " << c.top_k << " top_p " << c.top_p << " min_p " << c.min_p;
+  }
+}
+
+// No cut: every token may be drawn, in index order; the frequencies follow the softmax at the temperature.
+TEST(Sampler, NoCutDrawsFollowTheSoftmaxOfTheWholeVocabulary) {
+  std::vector<float> l = big_logits(5, 10007);
+  SamplerOptions o;
+  o.top_k = 0, o.top_p = 1.0f, o.min_p = 0.0f, o.temperature = 0.9f, o.seed = 3;
+  std::vector<double> p(l.size());
+  double sum = 0;
+  const float mx = *std::max_element(l.begin(), l.end());
+  for (size_t i = 0; i < l.size(); ++i) sum += p[i] = std::exp(double(l[i] - mx) / o.temperature);
+  Sampler s(o);
+  const int n = 20000;
+  std::vector<int> count(l.size());
+  for (int i = 0; i < n; ++i) ++count[size_t(s.sample(l.data(), int(l.size())))];
+  double tail = 0;
+  int tail_count = 0;
+  for (size_t i = 0; i < l.size(); ++i) {
+    const double q = p[i] / sum;
+    if (q > 0.01) {  // each strong token within 5 standard deviations
+      EXPECT_NEAR(double(count[i]) / n, q, 5 * std::sqrt(q * (1 - q) / n)) << "token " << i;
+    } else {
+      tail += q, tail_count += count[i];
+    }
+  }
+  EXPECT_NEAR(double(tail_count) / n, tail, 5 * std::sqrt(tail * (1 - tail) / n) + 1e-9);
+}
+
+TEST(Sampler, GreedyIsTheFirstLargestOverABigVocabulary) {
+  std::vector<float> l = big_logits(9);
+  const size_t top = size_t(std::max_element(l.begin(), l.end()) - l.begin());
+  Sampler greedy(SamplerOptions{});
+  EXPECT_EQ(greedy.sample(l.data(), int(l.size())), int32_t(top));
+  l[top + 1 < l.size() ? top + 1 : 0] = l[top];  // a tie: the lower index wins
+  EXPECT_EQ(greedy.sample(l.data(), int(l.size())), int32_t(std::min(top, top + 1 < l.size() ? top + 1 : size_t(0))));
+  EXPECT_EQ(argmax(l.data(), int(l.size())), greedy.sample(l.data(), int(l.size())));
 }

@@ -2,14 +2,57 @@
 
 #include <algorithm>
 #include <cmath>
+#include <cstring>
+
+#include "attn/cpu/loops.h"
+#include "core/cpu.h"
 
 namespace kvtax {
 
+namespace {
+
+// Maxima of 4 floats at a time (GCC vector extension; SSE on the baseline x86-64 this file is built for): one
+// running maximum is a chain of dependent compares, ~1 ns a logit.
+typedef float F4 __attribute__((vector_size(16)));
+constexpr int kLanes = 16;  // a run of 16 logits: 4 vectors
+
+inline F4 vmax(F4 a, F4 b) { return a < b ? b : a; }
+inline F4 load4(const float* p) {
+  F4 v;
+  std::memcpy(&v, p, sizeof v);
+  return v;
+}
+inline float hmax(F4 v) {
+  float m = v[0];
+  for (int j = 1; j < 4; ++j) m = m < v[j] ? v[j] : m;
+  return m;
+}
+inline F4 max16(const float* p) { return vmax(vmax(load4(p), load4(p + 4)), vmax(load4(p + 8), load4(p + 12))); }
+
+float max_value(const float* l, int n) {
+  int i = 0;
+  float m = l[0];
+  if (n >= kLanes) {
+    F4 a = load4(l), b = load4(l + 4), c = load4(l + 8), d = load4(l + 12);
+    for (i = kLanes; i + kLanes <= n; i += kLanes) {
+      a = vmax(a, load4(l + i)), b = vmax(b, load4(l + i + 4));
+      c = vmax(c, load4(l + i + 8)), d = vmax(d, load4(l + i + 12));
+    }
+    m = hmax(vmax(vmax(a, b), vmax(c, d)));
+  }
+  for (; i < n; ++i) m = m < l[i] ? l[i] : m;
+  return m;
+}
+
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) { return a.first > b.first; }
+
+}  // namespace
+
 int32_t argmax(const float* logits, int n) {
-  int32_t best = 0;
-  for (int i = 1; i < n; ++i)
-    if (logits[i] > logits[best]) best = i;
-  return best;
+  const float m = max_value(logits, n);
+  for (int i = 0; i < n; ++i)
+    if (logits[i] == m) return i;  // the first of equal maxima, as std::max_element
+  return 0;                        // NaN maximum
 }
 
 Sampler::Sampler(const SamplerOptions& o) : o_(o), rng_(o.seed) {}
@@ -26,43 +69,92 @@ void Sampler::accept(int32_t token) {
 }
 
 int32_t Sampler::sample(const float* logits, int n_vocab) {
-  cand_.resize(size_t(n_vocab));
-  for (int i = 0; i < n_vocab; ++i) cand_[size_t(i)] = {logits[i], i};
-  if (o_.repeat_penalty != 1.0f) {
-    seen_.assign(recent_.begin(), recent_.end());
-    std::sort(seen_.begin(), seen_.end());
-    seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
-    for (int32_t t : seen_) {
-      if (t < 0 || t >= n_vocab) continue;
-      float& l = cand_[size_t(t)].first;
-      l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
-    }
+  const float* l = o_.repeat_penalty != 1.0f ? penalized(logits, n_vocab) : logits;
+  const int32_t picked = o_.temperature <= 0.0f ? argmax(l, n_vocab) : draw(l, n_vocab);
+  accept(picked);
+  return picked;
+}
+
+// The logits with the repetition penalty on the recent tokens (a copy; the caller's logits stay as they are).
+const float* Sampler::penalized(const float* logits, int n) {
+  penalized_.assign(logits, logits + n);
+  seen_.assign(recent_.begin(), recent_.end());
+  std::sort(seen_.begin(), seen_.end());
+  seen_.erase(std::unique(seen_.begin(), seen_.end()), seen_.end());
+  for (int32_t t : seen_) {
+    if (t < 0 || t >= n) continue;
+    float& l = penalized_[size_t(t)];
+    l = l > 0 ? l / o_.repeat_penalty : l * o_.repeat_penalty;
   }
-  int32_t picked;
-  if (o_.temperature <= 0.0f) {
-    picked = std::max_element(cand_.begin(), cand_.end(),
-                              [](const auto& a, const auto& b) { return a.first < b.first; })->second;
-  } else {
-    auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first; };
-    size_t keep = cand_.size();
-    if (o_.top_k > 0 && size_t(o_.top_k) < keep) {
-      keep = size_t(o_.top_k);
-      std::partial_sort(cand_.begin(), cand_.begin() + keep, cand_.end(), by_logit);
-    } else {
-      std::sort(cand_.begin(), cand_.end(), by_logit);
+  return penalized_.data();
+}
+
+// The k largest logits, largest first, into cand_: one pass keeping a min-heap of k, so the vocabulary is read once
+// and never copied.
+void Sampler::top_candidates(const float* logits, int n, int k) {
+  auto heap_less = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+    return a.first > b.first;  // a min-heap on the logit
+  };
+  cand_.clear();
+  for (int i = 0; i < k; ++i) cand_.emplace_back(logits[i], i);
+  std::make_heap(cand_.begin(), cand_.end(), heap_less);
+  float least = cand_.front().first;
+  auto consider = [&](int i) {
+    if (!(logits[i] > least)) return;
+    std::pop_heap(cand_.begin(), cand_.end(), heap_less);
+    cand_.back() = {logits[i], i};
+    std::push_heap(cand_.begin(), cand_.end(), heap_less);
+    least = cand_.front().first;
+  };
+  int i = k;
+  for (; i < n && i % kLanes != 0; ++i) consider(i);
+  for (; i + kLanes <= n; i += kLanes)  // most runs of 16 hold no logit above the k-th so far: one vector max each
+    if (hmax(max16(logits + i)) > least)
+      for (int j = i; j < i + kLanes; ++j) consider(j);
+  for (; i < n; ++i) consider(i);
+  std::sort(cand_.begin(), cand_.end(), by_logit);
+}
+
+// llama.cpp's chain after the penalty: top-k, then top-p and min-p on probabilities at temperature 1, then the draw
+// at the temperature. Only as many candidates are put in logit order as the cuts need (256, then 8x more while no
+// cut lands among them); with no cut at all, every token is drawn from in index order (any order samples the same
+// distribution) and nothing is sorted.
+int32_t Sampler::draw(const float* logits, int n) {
+  const attn::MathLoops& math = attn::math_loops(simd_level());
+  const bool top_k = o_.top_k > 0 && o_.top_k < n;
+  if (!top_k && o_.top_p >= 1.0f && o_.min_p <= 0.0f) {
+    const float mx = max_value(logits, n);
+    std::vector<float>& w = weights_;
+    w.resize(size_t(n));
+    const float inv_t = 1.0f / o_.temperature;
+    for (int i = 0; i < n; ++i) w[size_t(i)] = logits[i] * inv_t;
+    const double total = math.exp_sum(w.data(), n, mx * inv_t);
+    double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
+    int i = 0;
+    while (i + 1 < n && (u -= w[size_t(i)]) >= 0) ++i;
+    return i;
+  }
+  double sum = -1;  // top-p's denominator: the top-k kept, or the whole vocabulary (one vector pass)
+  std::vector<double>& p = prob_;
+  for (int k = top_k ? o_.top_k : std::min(n, 256);; k = std::min(n, 8 * k)) {
+    top_candidates(logits, n, k);
+    const float mx = cand_[0].first;
+    if (!top_k && sum < 0) {
+      weights_.assign(logits, logits + n);
+      sum = math.exp_sum(weights_.data(), n, mx);
     }
-    // Probabilities at temperature 1 decide top-p / min-p, as in llama.cpp's chain.
-    const float max_l = cand_[0].first;
-    std::vector<double>& p = prob_;
-    p.resize(keep);
-    double sum = 0;
-    for (size_t i = 0; i < keep; ++i) sum += p[i] = std::exp(double(cand_[i].first - max_l));
+    p.resize(cand_.size());
+    double kept = 0;
+    for (size_t i = 0; i < cand_.size(); ++i) kept += p[i] = std::exp(double(cand_[i].first - mx));
+    if (top_k) sum = kept;
+    size_t keep = cand_.size();
+    bool known = top_k || k == n;  // the kept set is known once a cut lands among these k
     if (o_.top_p < 1.0f) {
       double cum = 0;
       for (size_t i = 0; i < keep; ++i) {
         cum += p[i] / sum;
         if (cum >= o_.top_p) {
-          keep = i + 1;
+          keep = i + 1, known = true;
           break;
         }
       }
@@ -70,18 +162,18 @@ int32_t Sampler::sample(const float* logits, int n_vocab) {
     if (o_.min_p > 0.0f) {
       size_t i = 1;
       while (i < keep && p[i] >= o_.min_p * p[0]) ++i;
+      known = known || i < cand_.size();
       keep = i;
     }
+    if (!known) continue;
     // Draw from the kept candidates at the temperature (p is reused for the weights).
     double total = 0;
-    for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp(double(cand_[i].first - max_l) / o_.temperature);
+    for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp(double(cand_[i].first - mx) / o_.temperature);
     double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
     size_t i = 0;
     while (i + 1 < keep && (u -= p[i]) >= 0) ++i;
-    picked = cand_[i].second;
+    return cand_[i].second;
   }
-  accept(picked);
-  return picked;
 }
 
 }  // namespace kvtax

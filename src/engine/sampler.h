@@ -27,12 +27,17 @@ class Sampler {
   void reset();
 
  private:
+  const float* penalized(const float* logits, int n);
+  void top_candidates(const float* logits, int n, int k);
+  int32_t draw(const float* logits, int n);
+
   SamplerOptions o_;
   std::mt19937_64 rng_;
   std::deque<int32_t> recent_;
-  // Reused across calls: sampling allocates nothing per token.
-  std::vector<std::pair<float, int32_t>> cand_;
+  // Reused across calls: sampling allocates nothing per token once they have grown.
+  std::vector<std::pair<float, int32_t>> cand_;  // candidates in logit order, largest first
   std::vector<double> prob_;
+  std::vector<float> weights_, penalized_;
   std::vector<int32_t> seen_;
 };
 
