@@ -107,7 +107,6 @@ void Sampler::top_candidates(const float* logits, int n, int k) {
     least = cand_.front().first;
   };
   int i = k;
-  for (; i < n && i % kLanes != 0; ++i) consider(i);
   for (; i + kLanes <= n; i += kLanes)  // most runs of 16 hold no logit above the k-th so far: one vector max each
     if (hmax(max16(logits + i)) > least)
       for (int j = i; j < i + kLanes; ++j) consider(j);
