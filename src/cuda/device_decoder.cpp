@@ -298,12 +298,13 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   };
   auto attn_in = [](const CudaBackend::Layer& w) { return Next{w.wqkv.get(), w.wq.get(), w.wk.get(), w.wv.get()}; };
   auto ffn_in = [](const CudaBackend::Layer& w) { return Next{w.gate_up.get(), w.gate.get(), w.up.get()}; };
-  // beside: a quantized GEMV after a residual one (qkv after down) at two blocks per SM, so that all of its blocks fit
-  // beside the residual GEMV's and stream their first units before their wait (perf.md, session 20: -0.02 ms per
-  // step at 32k; gate|up after wo, larger, lost 0.1 ms this way).
+  // beside: a quantized GEMV after a residual one (qkv after down) at three blocks per SM, so that all of its blocks
+  // fit beside the residual GEMV's and stream their first units before their wait (perf.md: session 20, -0.02 ms per
+  // step at 32k; session 22, three blocks of two stages against two of three, -0.02..-0.03 ms; gate|up after wo,
+  // larger, lost 0.1 ms this way).
   auto gemv_xb = [&](const DeviceWeight& w, float* out, bool beside = false) {
     GemvFusion f{nullptr, gemv_quantizes_x(w.type())};
-    if (fused_norm_ && beside && gemv_quantizes_x(w.type())) f.blocks_per_sm = 2;
+    if (fused_norm_ && beside && gemv_quantizes_x(w.type())) f.blocks_per_sm = 3;
     gemv(w, xb, out, ns, s, read_xb(f));
   };
 

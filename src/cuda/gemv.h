@@ -77,8 +77,8 @@ struct GemvFusion {
   const double* rms_part = nullptr;
   int rms_n = 0;
   float rms_eps = 0;
-  // At most this many blocks per SM (0: as many as fit). 2 also gives each warp three stages: a GEMV after a residual
-  // GEMV whose blocks all fit beside that one's copies more of its weights before its wait.
+  // At most this many blocks per SM (0: as many as fit): a GEMV after a residual GEMV whose blocks all fit beside
+  // that one's, so that all of them copy their first units before their wait.
   int blocks_per_sm = 0;
 };
 

@@ -52,20 +52,17 @@ struct SmemLayout {
   static constexpr int kXOff = kMiscOff + kMiscFloats * 4;
   static_assert(kXOff == x_offset(kWarps, S));
 };
-size_t smem_bytes(int warps, GgmlType t, int cols, int stages = kStages) {
-  return size_t(x_offset(warps, stages)) + (float_type(t) ? 4 * size_t(cols) : size_t(cols) + size_t(cols) / 4);
+size_t smem_bytes(int warps, GgmlType t, int cols) {
+  return size_t(x_offset(warps, kStages)) + (float_type(t) ? 4 * size_t(cols) : size_t(cols) + size_t(cols) / 4);
 }
-// GemvArgs::blocks_per_sm 2 (a GEMV all of whose blocks fit beside a residual GEMV's): a warp has twice the rows, and
-// one more stage takes the first three of its units before the wait.
-constexpr int kBesideStages = 3;
 
 // RES: blocks of 32 rows with the residual epilogue, kResRows / warps rows per warp. Otherwise every block is
 // resident (the grid is what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W):
 // contiguous bytes, balanced to a row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
-template <GgmlType T, bool RES, bool PAIRS, int S = kStages>
+template <GgmlType T, bool RES, bool PAIRS>
 __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
-  constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
+  constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps, S = kStages;
   using F = Slot<T>;
   using L = SmemLayout<kWarps, S>;
   constexpr int kUnitSlots = F::kUnitSlots, kPerLane = kUnitSlots / 32, kChunks = F::kValues * (kFloat<T> ? 4 : 1) / 16;
@@ -174,11 +171,11 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   }
 }
 
-template <GgmlType T, bool RES, bool PAIRS = false, int S = kStages>
+template <GgmlType T, bool RES, bool PAIRS = false>
 cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
   constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
-  const size_t smem = smem_bytes(kWarps, T, a.cols, S);
-  auto* k = gemv_staged_kernel<T, RES, PAIRS, S>;
+  const size_t smem = smem_bytes(kWarps, T, a.cols);
+  auto* k = gemv_staged_kernel<T, RES, PAIRS>;
   // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
   // graph): the attribute allowing the largest size so far, and the blocks of the resident grid.
   static std::mutex mu;
@@ -210,7 +207,6 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
 template <GgmlType T>
 cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   if (a.res) return launch_kernel<T, true>(a, st);
-  if (a.blocks_per_sm == 2 && !a.silu_pairs) return launch_kernel<T, false, false, kBesideStages>(a, st);
   if constexpr (kFloat<T>) {
     if (a.silu_pairs) return launch_kernel<T, false, true>(a, st);
   }
@@ -235,8 +231,7 @@ bool staged_gemv_fits(const GemvArgs& a) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && float_type(a.type))
     return false;  // float x is staged by 16-byte loads
   if (a.res && a.rows % kResRows != 0) return false;
-  const int stages = a.blocks_per_sm == 2 && !a.res && !a.silu_pairs ? kBesideStages : kStages;
-  return smem_bytes(warps_of(a.res, float_type(a.type)), a.type, a.cols, stages) <= 227 * 1024;
+  return smem_bytes(warps_of(a.res, float_type(a.type)), a.type, a.cols) <= 227 * 1024;
 }
 
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t st) {

@@ -69,8 +69,8 @@ TEST_P(CudaGemv, EveryTypeMatchesReference) {
       std::vector<float> y(s.rows);
       yd.download(y.data(), y.size() * 4);
       for (float v : y) ASSERT_TRUE(std::isfinite(v)) << ggml_type_name(t) << " " << s.rows << "x" << s.cols;
-      // Two blocks per SM (three stages, twice the rows per warp): each row's products in the same order. Only the
-      // staged kernel takes blocks_per_sm (F32 never runs on it), so only there can the check fail.
+      // Two blocks per SM (more rows per warp than the resident grid's): each row's products in the same order. Only
+      // the staged kernel takes blocks_per_sm (F32 never runs on it), so only there can the check fail.
       if (GetParam() && t != GgmlType::F32) {
         cuda::GemvFusion two;
         two.blocks_per_sm = 2;
