@@ -28,6 +28,7 @@ class FakeRunner : public Runner {
  public:
   static constexpr int kTemplateTokens = 5;  // "<user>" ... "</user><assistant>"
   static constexpr int kVocab = 16;
+  static constexpr double kLogprobsItl = 0.5e-3;
   int generate_calls = 0;
 
   std::string describe() const override { return "fake runner (tests)"; }
@@ -110,7 +111,8 @@ class FakeRunner : public Runner {
     r.text = answer;
     r.generated_tokens = int(toks.size());
     r.ttft_s = 2e-5 * double(ctx - size_t(r.reused_prefix_tokens));  // reused tokens cost no prefill
-    const double itl = 1e-3 + slope_of(req.arm) * double(ctx);
+    // Recording distributions costs host time per token, as in the engine (a vocabulary's log-softmax).
+    const double itl = 1e-3 + slope_of(req.arm) * double(ctx) + (req.want_logprobs ? kLogprobsItl : 0.0);
     r.total_s = r.ttft_s;
     for (size_t i = 1; i < toks.size(); ++i) r.itl_s.push_back(itl), r.total_s += itl;
     r.bytes_per_token = bytes_per_token_of(req.arm);
