@@ -53,9 +53,11 @@ TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
     Forward& fw;
     std::vector<float> row;
     int evals = 0, into_row = 0;
+    std::vector<int> sizes;  // tokens per eval
     explicit RowDecoder(Forward& f) : fw(f), row(f.model().config().n_vocab) {}
     void eval(const int32_t* t, int n, float* logits, bool all) override {
       ++evals;
+      sizes.push_back(n);
       into_row += logits == row.data();
       fw.eval(t, n, row.data(), all);
       if (logits != row.data()) std::copy(row.begin(), row.end(), logits);
@@ -73,5 +75,15 @@ TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
   EXPECT_EQ(again.tokens, res.tokens);
   EXPECT_GT(rd.evals, 0);
   EXPECT_EQ(rd.into_row, rd.evals);
+  // No prefill chunk given: the decoder takes as many prompt tokens as it can per eval (a device then splits them
+  // into its own chunks); a chunk given caps every eval.
+  ASSERT_LE(prompt.size(), size_t(fw.max_batch()));
+  EXPECT_EQ(rd.sizes.front(), int(prompt.size()));
+  fw.reset();
+  RowDecoder chunked(fw);
+  g.prefill_chunk = 4;
+  EXPECT_EQ(generate(chunked, prompt, g).tokens, res.tokens);
+  EXPECT_EQ(chunked.sizes.front(), 4);
+  EXPECT_EQ(chunked.evals, int((prompt.size() + 3) / 4) + 7);
   std::filesystem::remove(out);
 }

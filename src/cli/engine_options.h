@@ -12,7 +12,7 @@ struct EngineOptions {
   std::string model;
   int threads = 0;          // 0: all physical cores
   int ctx = 0;              // 0: the model's trained context, capped at 32768
-  int batch = 512;          // prefill chunk
+  int batch = 0;            // prompt tokens per eval; 0: kCpuPrefillChunk on the CPU, the whole prompt on a device
   std::string kv, kv_k = "f16", kv_v = "f16";
   int kv_window = 0, kv_sinks = 0, kv_recent = 0;
   std::string device = "cpu";  // cpu, or a device backend built in (engine/device.h)

@@ -64,7 +64,8 @@ void run(const RunOptions& o) {
   if (o.engine.device == "cpu") {
     if (!o.engine.kv_reserve.empty()) fail("--kv-reserve applies with --device (device KV pages)");
     pool = std::make_unique<ThreadPool>(o.engine.threads);
-    cpu = std::make_unique<Forward>(*model, o.engine.kv_spec(), ctx, o.engine.batch, *pool);
+    const int batch = o.engine.batch ? o.engine.batch : kCpuPrefillChunk;
+    cpu = std::make_unique<Forward>(*model, o.engine.kv_spec(), ctx, batch, *pool);
   } else {
     dev = open_device(o.engine.device, *model);
     dec = dev->decoder(o.engine.kv_spec(), ctx, o.engine.kv_reserve_bytes());

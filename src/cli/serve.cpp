@@ -12,6 +12,7 @@
 #include "cli/command.h"
 #include "cli/engine_options.h"
 #include "engine/device.h"
+#include "engine/generate.h"
 #include "core/error.h"
 #include "harness/sweep_cli.h"
 #include "model/default_model.h"
@@ -48,6 +49,7 @@ void serve(const ServeArgs& a) {
   std::unique_ptr<DeviceBackend> dev;
   if (a.engine.device != "cpu") dev = open_device(a.engine.device, *model);
   const ModelConfig& c = model->config();
+  const int batch = a.engine.batch ? a.engine.batch : kCpuPrefillChunk;
   const KvSpec spec = a.engine.kv_spec();
   int ctx = a.engine.ctx > 0 ? a.engine.ctx : int(std::min<uint32_t>(c.context_length ? c.context_length : 4096, 32768));
   size_t reserve = 0;  // shared by every sequence; the scheduler caps one sequence's context to what it holds
@@ -55,7 +57,7 @@ void serve(const ServeArgs& a) {
     reserve = harness::parse_bytes(a.reserve);
     const KvShape shape{int(c.n_layers), int(c.n_kv_heads), int(c.head_dim)};
     // A device engine checks the reservation against its own pages.
-    if (!dev && KvCache::capacity(shape, spec, reserve, a.engine.batch) < 2)
+    if (!dev && KvCache::capacity(shape, spec, reserve, batch) < 2)
       fail("--kv-reserve {} holds no sequence under KV spec {}", a.reserve, spec.str());
   }
   serve::ServerOptions o;
@@ -66,7 +68,7 @@ void serve(const ServeArgs& a) {
   o.default_max_tokens = a.default_max_tokens;
   o.engine.kv = spec;
   o.engine.max_context = ctx;
-  o.engine.batch = a.engine.batch;
+  o.engine.batch = batch;
   o.engine.threads = a.engine.threads;
   o.engine.queue_limit = a.max_queue;
   o.engine.parallel = a.parallel;
@@ -102,6 +104,8 @@ void serve(const ServeArgs& a) {
 const bool registered = add_command({"serve", "OpenAI-compatible HTTP server (chat/completions, completions)", [](CLI::App& sub) {
   auto a = std::make_shared<ServeArgs>();
   add_engine_options(sub, a->engine);
+  // Here the step's token budget, shared by the sequences' prompt chunks and decode tokens.
+  sub.get_option("--batch")->description("Tokens per scheduler step, prompt chunks and decode tokens together (default 512)");
   sub.add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub.add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   sub.add_option("--name", a->name, "Model id clients name (default: the file name without .gguf)");

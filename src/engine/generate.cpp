@@ -100,7 +100,8 @@ std::span<const int32_t> Generation::next(int max_tokens) {
       done_ = true;
       return {};
     }
-    const size_t chunk = size_t(std::max(1, std::min(o_.prefill_chunk, max_tokens)));
+    const int want = o_.prefill_chunk > 0 ? std::min(o_.prefill_chunk, max_tokens) : max_tokens;
+    const size_t chunk = size_t(std::max(1, want));
     pending_ = int(std::min(chunk, prompt_.size() - cursor_));
     return {prompt_.data() + cursor_, size_t(pending_)};
   }

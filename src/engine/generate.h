@@ -14,9 +14,14 @@
 
 namespace kvtax {
 
+// The CPU Forward's prefill chunk unless --batch says otherwise.
+constexpr int kCpuPrefillChunk = 512;
+
 struct GenerateOptions {
   int max_tokens = 128;
-  int prefill_chunk = 512;
+  // Prompt tokens per eval(); 0: as many as the decoder takes (Decoder::max_batch()). A device decoder given the
+  // whole prompt splits it into its own chunks, sized for its weights (fewer passes over them than 512-token evals).
+  int prefill_chunk = 0;
   SamplerOptions sampler;
   std::vector<std::string> stop;            // stop strings (not included in the text)
   bool stop_at_eog = true;

@@ -36,7 +36,7 @@ harness::PositionLogprobs pick(const std::vector<float>& lp, int top_k) {
 
 LocalRunner::LocalRunner(const std::string& model_path, int threads, int batch, const std::string& device)
     : path_(model_path), model_(Model::load(model_path)), chat_(tok::detect_chat_template(model_->file())),
-      threads_(threads), batch_(batch), pool_(std::make_unique<ThreadPool>(threads)), device_(device) {
+      threads_(threads), batch_(batch > 0 ? batch : kCpuPrefillChunk), device_batch_(batch), pool_(std::make_unique<ThreadPool>(threads)), device_(device) {
   if (device_ != "cpu") backend_ = open_device(device_, *model_);
 }
 
@@ -117,7 +117,7 @@ harness::GenerateResult LocalRunner::generate_on_device(const harness::GenerateR
   decoder_->reset();  // no prefix reuse on the device: every run starts from an empty cache
   GenerateOptions o;
   o.max_tokens = answer;
-  o.prefill_chunk = batch_;
+  o.prefill_chunk = device_batch_;
   o.want_logprobs = req.want_logprobs;
   if (!req.teacher_tokens.empty()) o.teacher = &req.teacher_tokens;
   GenerateOutput out = kvtax::generate(*decoder_, prompt, o);

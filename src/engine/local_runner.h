@@ -17,7 +17,8 @@ namespace kvtax {
 class LocalRunner : public harness::Runner {
  public:
   // device "cpu": the CPU Forward with prefix reuse; another name: the model on that device (engine/device.h),
-  // weights uploaded once, a fresh device KV for every request.
+  // weights uploaded once, a fresh device KV for every request. batch: prompt tokens per eval (0: kCpuPrefillChunk on
+  // the CPU, the whole prompt on a device, which splits it into its own chunks).
   LocalRunner(const std::string& model_path, int threads, int batch, const std::string& device = "cpu");
   ~LocalRunner() override;
   std::string describe() const override;
@@ -32,7 +33,8 @@ class LocalRunner : public harness::Runner {
   std::string path_;
   std::unique_ptr<Model> model_;
   tok::ChatTemplate chat_;
-  int threads_, batch_;
+  int threads_, batch_;  // batch_: the CPU's chunk (0 given: kCpuPrefillChunk)
+  int device_batch_;     // prompt tokens per device eval (0: the whole prompt)
   std::unique_ptr<ThreadPool> pool_;
   std::unique_ptr<Session> session_;  // the prefix cache; after pool_ so it is destroyed first
   std::string session_spec_;
