@@ -113,6 +113,10 @@ harness::GenerateResult LocalRunner::generate_on_device(const harness::GenerateR
     decoder_.reset();
     decoder_ = backend_->decoder(spec, std::max(ctx, 4096), 0);
     decoder_spec_ = spec.str();
+    // Before the timed run: what its first evals would set up (prefill buffers, GEMM scratch, the decode step's
+    // graph). Arms alternate, so a sweep makes a decoder per run, and a graph captured inside the first decode
+    // step was part of every run's decode time.
+    decoder_->prepare(device_batch_ > 0 ? device_batch_ : decoder_->max_batch());
   }
   decoder_->reset();  // no prefix reuse on the device: every run starts from an empty cache
   GenerateOptions o;
