@@ -85,5 +85,31 @@ TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
   EXPECT_EQ(generate(chunked, prompt, g).tokens, res.tokens);
   EXPECT_EQ(chunked.sizes.front(), 4);
   EXPECT_EQ(chunked.evals, int((prompt.size() + 3) / 4) + 7);
+
+  // A decoder that finds the greedy pick itself (as the device does): generate() takes its token instead of the
+  // logits when the sampler is greedy, and the logits otherwise.
+  struct ArgmaxDecoder : RowDecoder {
+    int argmax_calls = 0;
+    using RowDecoder::RowDecoder;
+    bool has_argmax() const override { return true; }
+    int32_t eval_argmax(const int32_t* t, int n) override {
+      ++argmax_calls;
+      fw.eval(t, n, row.data(), false);
+      return argmax(row.data(), int(row.size()));
+    }
+  };
+  fw.reset();
+  ArgmaxDecoder picks(fw);
+  g.prefill_chunk = 0;
+  EXPECT_EQ(generate(picks, prompt, g).tokens, res.tokens);
+  EXPECT_EQ(picks.argmax_calls, 8);  // the prompt, then 7 steps
+  EXPECT_EQ(picks.evals, 0);
+  fw.reset();
+  ArgmaxDecoder sampled(fw);
+  GenerateOptions warm = g;
+  warm.sampler.temperature = 0.8f;
+  EXPECT_EQ(generate(sampled, prompt, warm).tokens.size(), 8u);
+  EXPECT_EQ(sampled.argmax_calls, 0);
+  EXPECT_EQ(sampled.evals, 8);
   std::filesystem::remove(out);
 }

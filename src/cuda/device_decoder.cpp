@@ -9,6 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
+#include "cuda/argmax.h"
 #include "cuda/prefill_attention.h"
 #include "kv/codecs/layout.h"
 
@@ -88,10 +89,14 @@ void CudaDecoder::init() {
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_ = HostBuffer(io_.bytes());
   logits_host_ = HostBuffer(logits_.bytes());
+  argmax_ = Buffer(argmax_scratch_bytes() + 4);  // then the index
+  argmax_.fill(0);
+  argmax_host_ = HostBuffer(4);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p :
-       {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_})
+       {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_,
+        &argmax_})
     scratch_bytes_ += p->bytes();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   b_.account(table_.bytes() + scratch_bytes_, 0);
@@ -172,13 +177,33 @@ KvTarget CudaDecoder::target(int layer) const {
 }
 
 void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_logits) {
+  if (!logits) fail("eval: no logits buffer");
+  const size_t n_vocab = b_.model().config().n_vocab, row_bytes = n_vocab * 4;
+  // Row r's logits to the host: every row straight into the caller's buffer, or the one row through page-locked memory.
+  run(tokens, n, all_logits, [&](int r) {
+    void* out = all_logits ? static_cast<void*>(logits + size_t(r) * n_vocab) : logits_host_.as<void>();
+    check(cudaMemcpyAsync(out, logits_.get(), row_bytes, cudaMemcpyDeviceToHost, stream_), "logits");
+  });
+  if (!all_logits && logits != logits_row()) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
+}
+
+int32_t CudaDecoder::eval_argmax(const int32_t* tokens, int n) {
+  const int n_vocab = int(b_.model().config().n_vocab);
+  auto* index = reinterpret_cast<int32_t*>(argmax_.as<uint8_t>() + argmax_scratch_bytes());
+  run(tokens, n, false, [&](int) {
+    check(argmax(logits_.as<float>(), n_vocab, argmax_.get(), index, stream_), "argmax");
+    check(cudaMemcpyAsync(argmax_host_.get(), index, 4, cudaMemcpyDeviceToHost, stream_), "argmax");
+  });
+  return *argmax_host_.as<int32_t>();
+}
+
+void CudaDecoder::run(const int32_t* tokens, int n, bool all_logits, const std::function<void(int)>& take) {
   const ModelConfig& c = b_.model().config();
   if (n < 1 || n > kMaxBatch) fail("eval of {} tokens: must be 1..{}", n, kMaxBatch);
   if (n_past_ + n > max_context_)
     fail("context overflow: {} tokens in the cache + {} new > context size {}", n_past_, n, max_context_);
   for (int t = 0; t < n; ++t)
     if (tokens[t] < 0 || uint32_t(tokens[t]) >= c.n_vocab) fail("token id {} outside the vocabulary", tokens[t]);
-  if (!logits) fail("eval: no logits buffer");
   ensure_pages(n_past_ + n);
   int32_t* io = io_host_.as<int32_t>();
   for (int t = 0; t < n; ++t) {
@@ -187,12 +212,6 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
     io[size_t(2 * kMaxBatch + t)] = n_past_ + t + 1;
   }
   check(cudaMemcpyAsync(io_.get(), io, io_.bytes(), cudaMemcpyHostToDevice, stream_), "token upload");
-  // Row r's logits to the host: every row straight into the caller's buffer, or the one row through page-locked memory.
-  const size_t row_bytes = size_t(c.n_vocab) * 4;
-  auto copy_logits = [&](int r) {
-    void* out = all_logits ? static_cast<void*>(logits + size_t(r) * c.n_vocab) : logits_host_.as<void>();
-    check(cudaMemcpyAsync(out, logits_.get(), row_bytes, cudaMemcpyDeviceToHost, stream_), "logits");
-  };
   const bool batched = n > 1 && batched_ && prefill_supported(codec_, int(c.head_dim));
   if (batched) {
     for (int off = 0; off < n; off += chunk_) {
@@ -201,21 +220,20 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
       for (int t = all_logits ? 0 : m - 1; t < m; ++t) {
         if (!all_logits && off + m < n) break;  // only the last row of the last chunk
         chunk_logits(t);
-        copy_logits(off + t);
+        take(off + t);
       }
     }
   } else if (n == 1 && use_graph_ && !graph_failed_) {
     run_graph();
-    copy_logits(0);
+    take(0);
   } else {
     for (int t = 0; t < n; ++t) {
       const bool want = all_logits || t == n - 1;
       launch_token(t, n_past_ + t + 1, want);
-      if (want) copy_logits(t);
+      if (want) take(t);
     }
   }
   check(cudaStreamSynchronize(stream_), "decode step");
-  if (!all_logits && logits != logits_row()) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
   n_past_ += n;
 }
 

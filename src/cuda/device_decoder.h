@@ -2,6 +2,7 @@
 // One sequence on the device: a paged KV cache carved from a reservation, activations, and the token
 // step (device_model.h describes the order of kernels).
 #include <cstdint>
+#include <functional>
 #include <memory>
 #include <vector>
 
@@ -39,6 +40,8 @@ class CudaDecoder : public DeviceDecoder {
 
   void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) override;
   float* logits_row() override { return logits_host_.as<float>(); }
+  bool has_argmax() const override { return true; }
+  int32_t eval_argmax(const int32_t* tokens, int n) override;
   int n_past() const override { return n_past_; }
   int max_context() const override { return max_context_; }
   int max_batch() const override { return kMaxBatch; }
@@ -75,6 +78,9 @@ class CudaDecoder : public DeviceDecoder {
   // Token t of the current eval(): ids/positions/lengths are read from io_ on the device. host_len > 0
   // sizes the attention grid for that length; 0 reads the length at run time (graph capture).
   void launch_token(int t, int host_len, bool logits);
+  // What eval() and eval_argmax() share: the tokens through the model, take(r) queued on the stream when row r's
+  // logits are in logits_ (every row with all_logits, else the last), then a wait for the stream.
+  void run(const int32_t* tokens, int n, bool all_logits, const std::function<void(int)>& take);
   void run_graph();
   // Rows off .. off+n-1 of the current eval() through every layer at positions n_past_ + off ...
   void run_chunk(int off, int n);
@@ -102,6 +108,8 @@ class CudaDecoder : public DeviceDecoder {
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   HostBuffer io_host_;            // io_'s values, page-locked (so is logits_host_: the one-row logits' way out)
   HostBuffer logits_host_;
+  Buffer argmax_;           // argmax()'s scratch, then the index it finds (eval_argmax)
+  HostBuffer argmax_host_;  // the index, page-locked
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true, graph_failed_ = false, batched_ = true;
   int chunk_ = 4096;  // set by init()

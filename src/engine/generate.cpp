@@ -84,6 +84,7 @@ Generation::Generation(const tok::Tokenizer& tokenizer, int n_vocab, const std::
   st.cached_tokens = int(cursor_);
   for (int32_t t : prompt_) sampler_.accept(t);
   max_new_ = o_.teacher ? int(o_.teacher->size()) : o_.max_tokens;
+  argmax_only_ = sampler_.greedy() && !o_.teacher && !o_.want_logprobs;
   t0_ = now_seconds();
 }
 
@@ -109,6 +110,13 @@ std::span<const int32_t> Generation::next(int max_tokens) {
   return {&next_token_, 1};
 }
 
+void Generation::advance(int32_t argmax) {
+  if (!argmax_only_) fail("generation: advance(token) where the sampler needs the logits");
+  given_ = argmax;
+  advance();
+  given_ = -1;
+}
+
 void Generation::advance() {
   if (done_ || pending_ == 0) fail("generation: advance() without tokens from next()");
   n_past_ += pending_;
@@ -129,7 +137,15 @@ void Generation::sample() {
   if (i >= max_new_) return finish("");  // nothing to generate (max_tokens 0, empty teacher)
   const int n_vocab = int(own_logits_.size());
   if (o_.teacher || o_.want_logprobs) out_.logprobs.push_back(log_softmax(logits_, n_vocab));
-  const int32_t next = o_.teacher ? (*o_.teacher)[size_t(i)] : sampler_.sample(logits_, n_vocab);
+  int32_t next;
+  if (o_.teacher) {
+    next = (*o_.teacher)[size_t(i)];
+  } else if (given_ >= 0) {
+    next = given_;
+    sampler_.accept(next);  // the window sample() would have kept
+  } else {
+    next = sampler_.sample(logits_, n_vocab);
+  }
   const double now = now_seconds();
   if (i == 0) st.ttft_s = now - t0_;
   else st.itl_s.push_back(now - t_last_);
@@ -156,9 +172,14 @@ void Generation::finish(const char* reason) {
 GenerateOutput generate(Decoder& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
   Generation g(fw.model().tokenizer(), int(fw.model().config().n_vocab), prompt, o, fw.n_past(), fw.max_context());
   g.use_logits_row(fw.logits_row());
+  const bool argmax = fw.has_argmax() && g.wants_argmax_only();
   for (auto t = g.next(fw.max_batch()); !t.empty(); t = g.next(fw.max_batch())) {
-    fw.eval(t.data(), int(t.size()), g.logits());
-    g.advance();
+    if (argmax) {
+      g.advance(fw.eval_argmax(t.data(), int(t.size())));
+    } else {
+      fw.eval(t.data(), int(t.size()), g.logits());
+      g.advance();
+    }
   }
   return g.take_output();
 }

@@ -80,6 +80,10 @@ class Generation {
   // logits() is `row` from now on (Decoder::logits_row: where the decoder writes them fastest); nullptr: no change.
   void use_logits_row(float* row) { logits_ = row ? row : logits_; }
   void advance();  // after evaluating what next() returned
+  // Greedy picks need no logits (no temperature, penalty, teacher or recorded distributions): the caller may
+  // evaluate with Decoder::eval_argmax and pass its token here instead of writing logits().
+  bool wants_argmax_only() const { return argmax_only_; }
+  void advance(int32_t argmax);
   bool done() const { return done_; }
   bool prefilling() const { return !done_ && cursor_ < prompt_.size(); }
   int n_past() const { return n_past_; }      // tokens in the sequence's cache, by this generation's count
@@ -103,6 +107,8 @@ class Generation {
   int pending_ = 0;    // tokens handed out by next() and not yet advanced over
   int n_past_ = 0, max_context_ = 0, max_new_ = 0;
   int32_t next_token_ = 0;
+  int32_t given_ = -1;  // advance(argmax)'s token for sample(), or -1
+  bool argmax_only_ = false;
   bool done_ = false;
   double t0_ = 0, t_last_ = 0;
 };

@@ -23,6 +23,8 @@ class Sampler {
   explicit Sampler(const SamplerOptions& o);
   // Picks the next token from logits[n_vocab] (logits are not modified) and remembers it for the penalty.
   int32_t sample(const float* logits, int n_vocab);
+  // The pick is the largest logit (temperature 0, no repetition penalty): argmax alone decides it.
+  bool greedy() const { return o_.temperature <= 0.0f && o_.repeat_penalty == 1.0f; }
   void accept(int32_t token);  // add a prompt token to the penalty window
   void reset();
 

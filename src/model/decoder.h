@@ -17,6 +17,11 @@ class Decoder {
   // Where eval() writes one row of logits fastest, or nullptr where every buffer is as good: a device decoder's
   // page-locked row, which the device copies into with no host copy after it. Valid as long as the decoder.
   virtual float* logits_row() { return nullptr; }
+  // Greedy decoding without the logits on the host: eval_argmax() runs like eval() and returns the index of the last
+  // row's largest logit (the first of equal ones, NaNs skipped), the token a greedy sampler picks. Only where
+  // has_argmax() (a device decoder finds it where the logits are; the host then reads one int, not the vocabulary).
+  virtual bool has_argmax() const { return false; }
+  virtual int32_t eval_argmax(const int32_t* tokens, int n);
   virtual int n_past() const = 0;
   virtual int max_context() const = 0;
   virtual int max_batch() const = 0;

@@ -23,6 +23,7 @@
 #include "core/error.h"
 #include "cuda/device_decoder.h"
 #include "cuda_test_util.h"
+#include "engine/sampler.h"
 #include "model/forward.h"
 #include "model/make_model.h"
 
@@ -141,6 +142,27 @@ TEST(CudaModel, LogitsRowHoldsTheSameLogits) {
     b->eval(toks.data() + at, n, b->logits_row());
     EXPECT_TRUE(std::equal(la.begin(), la.end(), b->logits_row())) << "position " << at;
   }
+  std::filesystem::remove(path);
+}
+
+// eval_argmax: the token the CPU sampler's argmax picks from eval()'s logits, for a prompt and single steps.
+TEST(CudaModel, EvalArgmaxPicksWhatTheLogitsSay) {
+  REQUIRE_GPU();
+  const std::string path = make({"argmax", GgmlType::F16, false, false, 0.0});
+  auto model = Model::load(path);
+  cuda::CudaBackend backend(*model);
+  const int n_vocab = int(model->config().n_vocab);
+  auto a = backend.decoder(parse_kv_spec("f16"), 64, 0), b = backend.decoder(parse_kv_spec("f16"), 64, 0);
+  ASSERT_TRUE(b->has_argmax());
+  std::vector<int32_t> toks(40);
+  for (int i = 0; i < 40; ++i) toks[size_t(i)] = int32_t((i * 37 + 5) % n_vocab);
+  std::vector<float> la(n_vocab);
+  for (int at = 0; at < 40; at += at == 0 ? 30 : 1) {
+    const int n = at == 0 ? 30 : 1;
+    a->eval(toks.data() + at, n, la.data());
+    EXPECT_EQ(b->eval_argmax(toks.data() + at, n), argmax(la.data(), n_vocab)) << "position " << at;
+  }
+  EXPECT_EQ(b->n_past(), 40);
   std::filesystem::remove(path);
 }
 
