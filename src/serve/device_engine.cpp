@@ -65,7 +65,11 @@ class DeviceEngine : public StepEngine {
     return s;
   }
   void eval(std::span<const EngineRows> rows) override {
-    for (const EngineRows& r : rows) static_cast<DeviceSeq*>(r.seq)->dec->eval(r.tokens, r.n, r.logits);
+    for (const EngineRows& r : rows) {
+      DeviceDecoder& d = *static_cast<DeviceSeq*>(r.seq)->dec;
+      if (r.pick && d.has_argmax()) *r.pick = d.eval_argmax(r.tokens, r.n);
+      else d.eval(r.tokens, r.n, r.logits);
+    }
   }
 
  private:

@@ -51,6 +51,7 @@ struct Scheduler::Slot {
   size_t need = 0;              // KV bytes the running request was admitted with
   uint64_t stamp = 0;           // admission order while running; last use while idle
   double t_start = 0;
+  int32_t pick = -1;            // the engine's greedy pick of this step (EngineRows::pick), or -1
 };
 
 Scheduler::Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics, DeviceBackend* device)
@@ -249,7 +250,9 @@ void Scheduler::step() {
       finished.push_back(s);
       continue;
     }
-    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits()});
+    s->pick = -1;
+    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(),
+                    s->gen->wants_argmax_only() ? &s->pick : nullptr});
     in.push_back(s);
     budget -= int(t.size());
   }
@@ -269,7 +272,8 @@ void Scheduler::step() {
     }
   }
   for (Slot* s : in) {
-    s->gen->advance();
+    if (s->pick >= 0) s->gen->advance(s->pick);
+    else s->gen->advance();
     if (s->gen->done()) finished.push_back(s);
   }
   for (Slot* s : finished) complete(*s, std::nullopt);

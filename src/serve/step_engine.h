@@ -39,6 +39,9 @@ struct EngineRows {
   const int32_t* tokens = nullptr;
   int n = 0;
   float* logits = nullptr;
+  // Set for a greedy sequence (Generation::wants_argmax_only): an engine that finds the largest logit itself
+  // (Decoder::eval_argmax) writes its index here instead of the logits; otherwise it stays as it is.
+  int32_t* pick = nullptr;
 };
 
 class StepEngine {
