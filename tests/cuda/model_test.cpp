@@ -122,48 +122,48 @@ TEST(CudaModel, LogitsMatchCpuBackend) {
   }
 }
 
-// eval() into the decoder's own page-locked row (Decoder::logits_row, as generate() reads the logits) leaves the same
-// floats as eval() into a buffer of the caller's, for the prompt and for each step.
-TEST(CudaModel, LogitsRowHoldsTheSameLogits) {
-  REQUIRE_GPU();
-  const std::string path = make({"row", GgmlType::F16, false, false, 0.0});
+// Two decoders of one tiny F16 model fed the same 40 tokens, a 30-token prompt then single steps: step(a, b, tokens,
+// n, n_vocab) evaluates both and compares.
+template <class Step>
+void side_by_side(const char* name, const char* kv, const Step& step) {
+  const std::string path = make({name, GgmlType::F16, false, false, 0.0});
   auto model = Model::load(path);
   cuda::CudaBackend backend(*model);
   const int n_vocab = int(model->config().n_vocab);
-  auto a = backend.decoder(parse_kv_spec("fp8"), 64, 0), b = backend.decoder(parse_kv_spec("fp8"), 64, 0);
-  ASSERT_NE(b->logits_row(), nullptr);
+  auto a = backend.decoder(parse_kv_spec(kv), 64, 0), b = backend.decoder(parse_kv_spec(kv), 64, 0);
   std::vector<int32_t> toks(40);
   for (int i = 0; i < 40; ++i) toks[size_t(i)] = int32_t((i * 37 + 5) % n_vocab);
-  std::vector<float> la(n_vocab);
-  for (int at = 0; at < 40; at += at == 0 ? 30 : 1) {  // a 30-token prompt, then single steps
-    const int n = at == 0 ? 30 : 1;
-    a->eval(toks.data() + at, n, la.data());
-    std::fill(b->logits_row(), b->logits_row() + n_vocab, NAN);  // poison
-    b->eval(toks.data() + at, n, b->logits_row());
-    EXPECT_TRUE(std::equal(la.begin(), la.end(), b->logits_row())) << "position " << at;
-  }
-  std::filesystem::remove(path);
-}
-
-// eval_argmax: the token the CPU sampler's argmax picks from eval()'s logits, for a prompt and single steps.
-TEST(CudaModel, EvalArgmaxPicksWhatTheLogitsSay) {
-  REQUIRE_GPU();
-  const std::string path = make({"argmax", GgmlType::F16, false, false, 0.0});
-  auto model = Model::load(path);
-  cuda::CudaBackend backend(*model);
-  const int n_vocab = int(model->config().n_vocab);
-  auto a = backend.decoder(parse_kv_spec("f16"), 64, 0), b = backend.decoder(parse_kv_spec("f16"), 64, 0);
-  ASSERT_TRUE(b->has_argmax());
-  std::vector<int32_t> toks(40);
-  for (int i = 0; i < 40; ++i) toks[size_t(i)] = int32_t((i * 37 + 5) % n_vocab);
-  std::vector<float> la(n_vocab);
   for (int at = 0; at < 40; at += at == 0 ? 30 : 1) {
-    const int n = at == 0 ? 30 : 1;
-    a->eval(toks.data() + at, n, la.data());
-    EXPECT_EQ(b->eval_argmax(toks.data() + at, n), argmax(la.data(), n_vocab)) << "position " << at;
+    SCOPED_TRACE(::testing::Message() << "position " << at);
+    step(*a, *b, toks.data() + at, at == 0 ? 30 : 1, n_vocab);
   }
   EXPECT_EQ(b->n_past(), 40);
   std::filesystem::remove(path);
+}
+
+// eval() into the decoder's own page-locked row (Decoder::logits_row, as generate() reads the logits) leaves the same
+// floats as eval() into a buffer of the caller's.
+TEST(CudaModel, LogitsRowHoldsTheSameLogits) {
+  REQUIRE_GPU();
+  side_by_side("row", "fp8", [](DeviceDecoder& a, DeviceDecoder& b, const int32_t* t, int n, int n_vocab) {
+    ASSERT_NE(b.logits_row(), nullptr);
+    std::vector<float> la(static_cast<size_t>(n_vocab));
+    a.eval(t, n, la.data());
+    std::fill(b.logits_row(), b.logits_row() + n_vocab, NAN);  // poison
+    b.eval(t, n, b.logits_row());
+    EXPECT_TRUE(std::equal(la.begin(), la.end(), b.logits_row()));
+  });
+}
+
+// eval_argmax: the token the CPU sampler's argmax picks from eval()'s logits.
+TEST(CudaModel, EvalArgmaxPicksWhatTheLogitsSay) {
+  REQUIRE_GPU();
+  side_by_side("argmax", "f16", [](DeviceDecoder& a, DeviceDecoder& b, const int32_t* t, int n, int n_vocab) {
+    ASSERT_TRUE(b.has_argmax());
+    std::vector<float> la(static_cast<size_t>(n_vocab));
+    a.eval(t, n, la.data());
+    EXPECT_EQ(b.eval_argmax(t, n), argmax(la.data(), n_vocab));
+  });
 }
 
 TEST(CudaModel, RejectsWhatTheDeviceDoesNotServe) {
