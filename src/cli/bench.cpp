@@ -5,6 +5,7 @@
 #include <memory>
 
 #include "cli/command.h"
+#include "cli/engine_options.h"
 #include "core/error.h"
 #include "engine/device.h"
 #include "engine/local_runner.h"
@@ -32,9 +33,7 @@ const bool registered = add_command({"bench", "Run the KV-cache tax sweep: arms 
       ->check(CLI::ExistingFile);
   sub.add_option("--http-timeout", a->http_timeout_s, "With --endpoint: seconds one request may take");
   sub.add_option("-t,--threads", a->threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
-  sub.add_option("-b,--batch", a->batch, "Prompt tokens per forward pass (default: 512 on the CPU; a device takes the whole prompt and splits it "
-                 "into its own chunks)")
-      ->check(CLI::Range(1, 8192));
+  sub.add_option("-b,--batch", a->batch, kBatchHelp)->check(CLI::Range(1, 8192));
   sub.add_option("--device", a->device, "Where the in-process engine runs: cpu, or cuda (a CUDA build with a GPU)");
   harness::add_sweep_options(sub, a->sweep);
   sub.callback([a] {

@@ -10,9 +10,7 @@ void add_engine_options(CLI::App& app, EngineOptions& o) {
   app.add_option("-t,--threads", o.threads, "Threads (default: all physical cores)")->check(CLI::NonNegativeNumber);
   app.add_option("--ctx", o.ctx, "Context size in tokens (default: the model's, at most 32768)")
       ->check(CLI::NonNegativeNumber);
-  app.add_option("-b,--batch", o.batch, "Prompt tokens per forward pass (default: 512 on the CPU; a device takes the whole prompt and splits it "
-                 "into its own chunks)")
-      ->check(CLI::Range(1, 8192));
+  app.add_option("-b,--batch", o.batch, kBatchHelp)->check(CLI::Range(1, 8192));
   app.add_option("--kv", o.kv, "KV codec for both K and V (f32 f16 bf16 fp8 q8 q4 q4r tq4 tq3)");
   app.add_option("--kv-k", o.kv_k, "KV codec for K");
   app.add_option("--kv-v", o.kv_v, "KV codec for V");

@@ -24,4 +24,8 @@ struct EngineOptions {
 
 void add_engine_options(CLI::App& app, EngineOptions& o);
 
+inline constexpr const char* kBatchHelp =
+    "Prompt tokens per forward pass (default: 512 on the CPU; a device takes the whole prompt and splits it into its "
+    "own chunks)";
+
 }  // namespace kvtax::cli

@@ -105,7 +105,8 @@ const bool registered = add_command({"serve", "OpenAI-compatible HTTP server (ch
   auto a = std::make_shared<ServeArgs>();
   add_engine_options(sub, a->engine);
   // Here the step's token budget, shared by the sequences' prompt chunks and decode tokens.
-  sub.get_option("--batch")->description("Tokens per scheduler step, prompt chunks and decode tokens together (default 512)");
+  sub.get_option("--batch")->description(
+      "Tokens per scheduler step, prompt chunks and decode tokens together (default 512)");
   sub.add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub.add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   sub.add_option("--name", a->name, "Model id clients name (default: the file name without .gguf)");

@@ -36,7 +36,8 @@ harness::PositionLogprobs pick(const std::vector<float>& lp, int top_k) {
 
 LocalRunner::LocalRunner(const std::string& model_path, int threads, int batch, const std::string& device)
     : path_(model_path), model_(Model::load(model_path)), chat_(tok::detect_chat_template(model_->file())),
-      threads_(threads), batch_(batch > 0 ? batch : kCpuPrefillChunk), device_batch_(batch), pool_(std::make_unique<ThreadPool>(threads)), device_(device) {
+      threads_(threads), batch_(batch > 0 ? batch : kCpuPrefillChunk), device_batch_(batch),
+      pool_(std::make_unique<ThreadPool>(threads)), device_(device) {
   if (device_ != "cpu") backend_ = open_device(device_, *model_);
 }
 
@@ -114,8 +115,7 @@ harness::GenerateResult LocalRunner::generate_on_device(const harness::GenerateR
     decoder_ = backend_->decoder(spec, std::max(ctx, 4096), 0);
     decoder_spec_ = spec.str();
     // Before the timed run: what its first evals would set up (prefill buffers, GEMM scratch, the decode step's
-    // graph). Arms alternate, so a sweep makes a decoder per run, and a graph captured inside the first decode
-    // step was part of every run's decode time.
+    // graph). Arms alternate, so a sweep makes a decoder per run, and that setup would fall inside its timings.
     decoder_->prepare(device_batch_ > 0 ? device_batch_ : decoder_->max_batch());
   }
   decoder_->reset();  // no prefix reuse on the device: every run starts from an empty cache
