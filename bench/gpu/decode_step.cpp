@@ -153,7 +153,8 @@ int run(int argc, char** argv) {
   app.add_option("--depths", depths, "KV depths in tokens");
   app.add_option("--steps", steps, "timed decode steps per depth (median)")->check(CLI::Range(3, 10000));
   int warmup_ms = 300;
-  app.add_option("--warmup-ms", warmup_ms, "untimed steps before each row's timed ones, at least 3, at most 400")
+  app.add_option("--warmup-ms", warmup_ms,
+                 "milliseconds of untimed steps before each row's timed ones (at least 3 steps, at most 400)")
       ->check(CLI::Range(0, 60000));
   app.add_option("--copy-gbs", copy_gbs, "copy bandwidth in GB/s (default: measured here)");
   app.add_option("--label", label, "weights label for the table (default: the first layer's type)");

@@ -176,28 +176,8 @@ KvTarget CudaDecoder::target(int layer) const {
                   table_.as<int32_t>() + size_t(layer) * max_pages_};
 }
 
-void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_logits) {
-  if (!logits) fail("eval: no logits buffer");
-  const size_t n_vocab = b_.model().config().n_vocab, row_bytes = n_vocab * 4;
-  // Row r's logits to the host: every row straight into the caller's buffer, or the one row through page-locked memory.
-  run(tokens, n, all_logits, [&](int r) {
-    void* out = all_logits ? static_cast<void*>(logits + size_t(r) * n_vocab) : logits_host_.as<void>();
-    check(cudaMemcpyAsync(out, logits_.get(), row_bytes, cudaMemcpyDeviceToHost, stream_), "logits");
-  });
-  if (!all_logits && logits != logits_row()) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
-}
-
-int32_t CudaDecoder::eval_argmax(const int32_t* tokens, int n) {
-  const int n_vocab = int(b_.model().config().n_vocab);
-  auto* index = reinterpret_cast<int32_t*>(argmax_.as<uint8_t>() + argmax_scratch_bytes());
-  run(tokens, n, false, [&](int) {
-    check(argmax(logits_.as<float>(), n_vocab, argmax_.get(), index, stream_), "argmax");
-    check(cudaMemcpyAsync(argmax_host_.get(), index, 4, cudaMemcpyDeviceToHost, stream_), "argmax");
-  });
-  return *argmax_host_.as<int32_t>();
-}
-
-void CudaDecoder::run(const int32_t* tokens, int n, bool all_logits, const std::function<void(int)>& take) {
+template <class Take>
+void CudaDecoder::run(const int32_t* tokens, int n, bool all_logits, const Take& take) {
   const ModelConfig& c = b_.model().config();
   if (n < 1 || n > kMaxBatch) fail("eval of {} tokens: must be 1..{}", n, kMaxBatch);
   if (n_past_ + n > max_context_)
@@ -235,6 +215,27 @@ void CudaDecoder::run(const int32_t* tokens, int n, bool all_logits, const std::
   }
   check(cudaStreamSynchronize(stream_), "decode step");
   n_past_ += n;
+}
+
+void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_logits) {
+  if (!logits) fail("eval: no logits buffer");
+  const size_t n_vocab = b_.model().config().n_vocab, row_bytes = n_vocab * 4;
+  // Row r's logits to the host: every row straight into the caller's buffer, or the one row through page-locked memory.
+  run(tokens, n, all_logits, [&](int r) {
+    void* out = all_logits ? static_cast<void*>(logits + size_t(r) * n_vocab) : logits_host_.as<void>();
+    check(cudaMemcpyAsync(out, logits_.get(), row_bytes, cudaMemcpyDeviceToHost, stream_), "logits");
+  });
+  if (!all_logits && logits != logits_row()) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
+}
+
+int32_t CudaDecoder::eval_argmax(const int32_t* tokens, int n) {
+  const int n_vocab = int(b_.model().config().n_vocab);
+  auto* index = reinterpret_cast<int32_t*>(argmax_.as<uint8_t>() + argmax_scratch_bytes());
+  run(tokens, n, false, [&](int) {
+    check(argmax(logits_.as<float>(), n_vocab, argmax_.get(), index, stream_), "argmax");
+    check(cudaMemcpyAsync(argmax_host_.get(), index, 4, cudaMemcpyDeviceToHost, stream_), "argmax");
+  });
+  return *argmax_host_.as<int32_t>();
 }
 
 void CudaDecoder::run_graph() {

@@ -2,7 +2,6 @@
 // One sequence on the device: a paged KV cache carved from a reservation, activations, and the token
 // step (device_model.h describes the order of kernels).
 #include <cstdint>
-#include <functional>
 #include <memory>
 #include <vector>
 
@@ -79,8 +78,10 @@ class CudaDecoder : public DeviceDecoder {
   // sizes the attention grid for that length; 0 reads the length at run time (graph capture).
   void launch_token(int t, int host_len, bool logits);
   // What eval() and eval_argmax() share: the tokens through the model, take(r) queued on the stream when row r's
-  // logits are in logits_ (every row with all_logits, else the last), then a wait for the stream.
-  void run(const int32_t* tokens, int n, bool all_logits, const std::function<void(int)>& take);
+  // logits are in logits_ (every row with all_logits, else the last), then a wait for the stream. A template, not a
+  // std::function: its callers' lambdas would be allocated on every token.
+  template <class Take>
+  void run(const int32_t* tokens, int n, bool all_logits, const Take& take);
   void run_graph();
   // Rows off .. off+n-1 of the current eval() through every layer at positions n_past_ + off ...
   void run_chunk(int off, int n);
