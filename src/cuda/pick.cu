@@ -181,17 +181,16 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
   double all;
   const double pre = block_exclusive_sum(mine, &all);  // its barriers also publish found / last_weighted's start
   if (weighted >= 0) atomicMax(&last_weighted, weighted);
-  if (pre <= rest && rest < pre + mine) {
+  if (pre <= rest && rest < pre + mine) {  // this share has weight, so `at` ends on a token with some
     double c = pre;
-    int at = thi - 1;
+    int at = -1;
     for (int i = tlo; i < thi; ++i) {
-      c += expf(x[i] * inv_t - top);
-      if (c > rest) {
-        at = i;
-        break;
-      }
+      const float wi = expf(x[i] * inv_t - top);
+      c += wi;
+      if (wi > 0) at = i;
+      if (c > rest) break;
     }
-    atomicMin(&found, at);
+    if (at >= 0) atomicMin(&found, at);
   }
   __syncthreads();
   if (threadIdx.x == 0) {
