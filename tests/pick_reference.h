@@ -1,6 +1,6 @@
 #pragma once
 // The draw a TokenPick describes, in float64 (tests only): weights exp((l_i - max) * inv_t), the first index whose
-// running sum passes u times their total, the last index with weight if rounding leaves it short.
+// running sum passes u times their total, the last index with weight if rounding leaves it short; 0 with no weight.
 #include <algorithm>
 #include <cmath>
 #include <cstdint>
@@ -17,8 +17,9 @@ inline DrawReference draw_reference(const float* l, int n, float inv_t, double u
   for (int i = 0; i < n; ++i) mx = std::max(mx, l[i] * inv_t);
   double total = 0;
   for (int i = 0; i < n; ++i) total += std::exp(double(l[i] * inv_t) - double(mx));
+  DrawReference r{0, INFINITY};
+  if (!(total > 0 && total < INFINITY)) return r;  // no weight at all (all -inf, or a NaN): index 0
   const double target = u * total;
-  DrawReference r{-1, INFINITY};
   double cum = 0;
   int last_weighted = n - 1;
   for (int i = 0; i < n; ++i) {

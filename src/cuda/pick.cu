@@ -64,10 +64,17 @@ __device__ __forceinline__ double warp_inclusive_sum(double v) {
   }
   return v;
 }
+// The sum of the lanes' v before this one. Not inclusive - v: a large v absorbs the small ones before it.
+__device__ __forceinline__ double warp_exclusive_sum(double v, double* inclusive) {
+  *inclusive = warp_inclusive_sum(v);
+  const double before = __shfl_up_sync(0xffffffffu, *inclusive, 1);
+  return threadIdx.x % 32 == 0 ? 0.0 : before;
+}
 // Exclusive prefix of v over the block's threads in thread order; *total gets the sum of all.
 __device__ __forceinline__ double block_exclusive_sum(double v, double* total) {
   __shared__ double part[kThreads / 32];
-  const double inc = warp_inclusive_sum(v);
+  double inc;
+  const double in_warp = warp_exclusive_sum(v, &inc);
   if (threadIdx.x % 32 == 31) part[threadIdx.x / 32] = inc;
   __syncthreads();
   double before = 0, all = 0;
@@ -78,7 +85,7 @@ __device__ __forceinline__ double block_exclusive_sum(double v, double* total) {
   }
   __syncthreads();
   *total = all;
-  return before + inc - v;
+  return before + in_warp;
 }
 
 // Publishes this block's partial and tells whether it arrived last (then the others' partials are visible to it).
@@ -117,6 +124,12 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* x, int n,
 // Block b sums the weights of its contiguous range of indices (relative to its largest scaled logit); the last block
 // to arrive scales those sums to the row's largest, finds the range where the running sum passes u times the total,
 // and walks that range alone.
+//
+// Both searches (the range among the blocks', the share among its threads') take the last part with weight whose
+// exclusive prefix sum is at most the target. The prefixes come from scans, so a part's prefix and the previous part's
+// prefix plus its sum can differ by rounding: "the first part whose prefix plus sum passes the target" can then name
+// no part at all (a target of 0 did), where "the last whose prefix does not" always names one, and the same one away
+// from ties.
 __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, float inv_t, double u, Scratch* s,
                                                         int32_t* out) {
   const int per = (n + kBlocks - 1) / kBlocks;
@@ -134,9 +147,9 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
   }
   if (!arrive_last(s)) return;
 
-  __shared__ float top;    // the row's largest scaled logit
+  __shared__ float top;    // the chosen range's largest scaled logit: its weights are relative to it
   __shared__ int range;    // the block range the draw falls in (-1: no weight at all)
-  __shared__ double rest;  // what is left of the target at that range's start
+  __shared__ double rest;  // what is left of the target at that range's start, in those weights
   if (threadIdx.x < 32) {  // lane l holds ranges 2l and 2l + 1
     const int lane = threadIdx.x;
     float m[2];
@@ -147,55 +160,45 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
     for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
     for (int k = 0; k < 2; ++k)
       w[k] = m[k] > -INFINITY ? __ldcg(&s->sum[2 * lane + k]) * exp(double(m[k]) - double(mx)) : 0.0;
-    const double inc = warp_inclusive_sum(w[0] + w[1]), total = __shfl_sync(0xffffffffu, inc, 31);
-    const double target = u * total, before = inc - w[0] - w[1];
-    // The first range whose running sum passes the target.
-    const int k = before + w[0] > target ? 0 : 1;
-    const unsigned hit = __ballot_sync(0xffffffffu, inc > target), weighted = __ballot_sync(0xffffffffu, w[0] + w[1] > 0);
-    if (lane == 0) top = mx, range = -1, rest = 0;
+    double inc;
+    const double before = warp_exclusive_sum(w[0] + w[1], &inc);
+    const double total = __shfl_sync(0xffffffffu, inc, 31), target = u * total;
+    const double pre[2] = {before, before + w[0]};
+    const int k = w[1] > 0 && pre[1] <= target ? 1 : w[0] > 0 && pre[0] <= target ? 0 : -1;
+    const unsigned lanes = __ballot_sync(0xffffffffu, k >= 0);
+    if (lane == 0) range = -1;
     __syncwarp();
-    if (total > 0 && total < INFINITY) {
-      if (hit && lane == __ffs(hit) - 1) range = 2 * lane + k, rest = target - before - (k ? w[0] : 0.0);
-      // Rounding left the running sum short of the target: the last index with weight, in the last range with any.
-      if (!hit && lane == 31 - __clz(weighted)) range = 2 * lane + (w[1] > 0 ? 1 : 0), rest = INFINITY;
-    }
+    if (total > 0 && total < INFINITY && lanes && lane == 31 - __clz(lanes))
+      range = 2 * lane + k, top = m[k], rest = (target - pre[k]) / exp(double(m[k]) - double(mx));
   }
   __syncthreads();
   if (range < 0) {  // no positive finite weight anywhere
     if (threadIdx.x == 0) *out = 0, s->arrived = 0;
     return;
   }
-  // The range walked by all threads, each over a contiguous share: sums, their prefix, then the one share that holds
-  // the crossing walks its values.
-  __shared__ int found, last_weighted;
-  if (threadIdx.x == 0) found = INT_MAX, last_weighted = -1;
+  // The range walked by all threads, each over a contiguous share: sums, their prefix, then the share that holds the
+  // crossing walks its values (to its last token with weight, if rounding leaves its sum short of the target).
+  __shared__ int share;
+  if (threadIdx.x == 0) share = -1;
   const int lo = range * per, hi = min(n, lo + per), q = (hi - lo + kThreads - 1) / kThreads;
   const int tlo = min(hi, lo + int(threadIdx.x) * q), thi = min(hi, tlo + q);
   double mine = 0;
-  int weighted = -1;
-  for (int i = tlo; i < thi; ++i) {
-    const float wi = expf(x[i] * inv_t - top);
-    mine += wi;
-    if (wi > 0) weighted = i;
-  }
+  for (int i = tlo; i < thi; ++i) mine += expf(x[i] * inv_t - top);
   double all;
-  const double pre = block_exclusive_sum(mine, &all);  // its barriers also publish found / last_weighted's start
-  if (weighted >= 0) atomicMax(&last_weighted, weighted);
-  if (pre <= rest && rest < pre + mine) {  // this share has weight, so `at` ends on a token with some
+  const double pre = block_exclusive_sum(mine, &all);  // its barriers also publish share's start
+  if (mine > 0 && pre <= rest) atomicMax(&share, int(threadIdx.x));
+  __syncthreads();
+  if (threadIdx.x == 0) s->arrived = 0;
+  if (int(threadIdx.x) == share) {  // there is one: the range's largest value has weight 1
     double c = pre;
-    int at = -1;
+    int at = tlo;
     for (int i = tlo; i < thi; ++i) {
       const float wi = expf(x[i] * inv_t - top);
       c += wi;
       if (wi > 0) at = i;
       if (c > rest) break;
     }
-    if (at >= 0) atomicMin(&found, at);
-  }
-  __syncthreads();
-  if (threadIdx.x == 0) {
-    *out = found != INT_MAX ? found : last_weighted >= 0 ? last_weighted : hi - 1;
-    s->arrived = 0;
+    *out = at;
   }
 }
 
