@@ -13,6 +13,7 @@
 #include "model/model.h"
 #include "tokenizer/chat_template.h"
 #include "tokenizer/tokenizer.h"
+#include "pick_reference.h"
 
 using namespace kvtax;
 
@@ -86,30 +87,41 @@ TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
   EXPECT_EQ(chunked.sizes.front(), 4);
   EXPECT_EQ(chunked.evals, int((prompt.size() + 3) / 4) + 7);
 
-  // A decoder that finds the greedy pick itself (as the device does): generate() takes its token instead of the
-  // logits when the sampler is greedy, and the logits otherwise.
-  struct ArgmaxDecoder : RowDecoder {
-    int argmax_calls = 0;
+  // A decoder that picks the token itself (as the device does; here by the float64 walk): generate() takes its pick
+  // instead of the logits when the sampler needs no cut, with the uniform drawn as the sampler would draw it, so the
+  // tokens are the sampler's own; with a cut it takes the logits.
+  struct PickDecoder : RowDecoder {
+    int picks = 0;
     using RowDecoder::RowDecoder;
-    bool has_argmax() const override { return true; }
-    int32_t eval_argmax(const int32_t* t, int n) override {
-      ++argmax_calls;
+    bool has_pick() const override { return true; }
+    int32_t eval_pick(const int32_t* t, int n, const TokenPick& p) override {
+      ++picks;
       fw.eval(t, n, row.data(), false);
-      return argmax(row.data(), int(row.size()));
+      if (p.inv_temperature == 0) return argmax(row.data(), int(row.size()));
+      return kvtax::testing::draw_reference(row.data(), int(row.size()), p.inv_temperature, p.u).index;
     }
   };
   fw.reset();
-  ArgmaxDecoder picks(fw);
+  PickDecoder picks(fw);
   g.prefill_chunk = 0;
   EXPECT_EQ(generate(picks, prompt, g).tokens, res.tokens);
-  EXPECT_EQ(picks.argmax_calls, 8);  // the prompt, then 7 steps
+  EXPECT_EQ(picks.picks, 8);  // the prompt, then 7 steps
   EXPECT_EQ(picks.evals, 0);
+  GenerateOptions drawn = g;
+  drawn.sampler.temperature = 0.9f, drawn.sampler.top_k = 0, drawn.sampler.top_p = 1.0f, drawn.sampler.min_p = 0.0f;
+  drawn.sampler.seed = 5;
   fw.reset();
-  ArgmaxDecoder sampled(fw);
-  GenerateOptions warm = g;
-  warm.sampler.temperature = 0.8f;
-  EXPECT_EQ(generate(sampled, prompt, warm).tokens.size(), 8u);
-  EXPECT_EQ(sampled.argmax_calls, 0);
-  EXPECT_EQ(sampled.evals, 8);
+  const auto on_host = generate(fw, prompt, drawn);
+  fw.reset();
+  PickDecoder drawing(fw);
+  EXPECT_EQ(generate(drawing, prompt, drawn).tokens, on_host.tokens);
+  EXPECT_EQ(drawing.picks, 8);
+  fw.reset();
+  PickDecoder cut(fw);
+  GenerateOptions top_k = drawn;
+  top_k.sampler.top_k = 40;
+  EXPECT_EQ(generate(cut, prompt, top_k).tokens.size(), 8u);
+  EXPECT_EQ(cut.picks, 0);
+  EXPECT_EQ(cut.evals, 8);
   std::filesystem::remove(out);
 }

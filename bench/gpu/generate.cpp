@@ -1,7 +1,8 @@
 // A generated token's time on the device, split where generate() spends it: the decoder's eval (the step, and the
-// logits to the host) and the host between two evals (sampling, stop checks, the token's text). Greedy, two ways:
-// the host scanning the vocabulary's logits (eval) and the device finding the pick (eval_argmax). Beside them, evals
-// back to back, as kvtax_gpu_decode_bench times the step. Prompts of random token ids, prefilled in batches.
+// logits to the host) and the host between two evals (sampling, stop checks, the token's text). Greedy and a draw at
+// temperature 1 with no cut (OpenAI's defaults), each two ways: the host sampling from the vocabulary's logits
+// (eval) and the device picking the token (eval_pick). Beside them, evals back to back, as kvtax_gpu_decode_bench
+// times the step. Prompts of random token ids, prefilled in batches.
 //   kvtax_gpu_generate_bench -m MODEL.gguf [--codecs f16,fp8] [--lengths 2048,32768] [-n 256]
 #include <CLI/CLI.hpp>
 
@@ -32,13 +33,13 @@ double median(std::vector<double> v) {
   return v[v.size() / 2];
 }
 
-// The device decoder with each single-token eval timed, and the gaps between them; argmax off hides eval_argmax.
+// The device decoder with each single-token eval timed, and the gaps between them; pick off hides eval_pick.
 struct TimedDecoder : Decoder {
   DeviceDecoder& d;
-  bool argmax;
+  bool pick;
   std::vector<double> eval_ms, gap_ms;
   Clock::time_point last{};
-  TimedDecoder(DeviceDecoder& dec, bool use_argmax) : d(dec), argmax(use_argmax) {}
+  TimedDecoder(DeviceDecoder& dec, bool use_pick) : d(dec), pick(use_pick) {}
   template <class F>
   auto timed(int n, F&& f) {
     const auto a = Clock::now();
@@ -51,9 +52,9 @@ struct TimedDecoder : Decoder {
   void eval(const int32_t* t, int n, float* l, bool all) override {
     timed(n, [&] { return d.eval(t, n, l, all), 0; });
   }
-  bool has_argmax() const override { return argmax; }
-  int32_t eval_argmax(const int32_t* t, int n) override {
-    return timed(n, [&] { return d.eval_argmax(t, n); });
+  bool has_pick() const override { return pick; }
+  int32_t eval_pick(const int32_t* t, int n, const TokenPick& p) override {
+    return timed(n, [&] { return d.eval_pick(t, n, p); });
   }
   float* logits_row() override { return d.logits_row(); }
   int n_past() const override { return d.n_past(); }
@@ -86,8 +87,8 @@ int main(int argc, char** argv) {
     auto model = Model::load(model_path);
     auto backend = open_device("cuda", *model);
     const int n_vocab = int(model->config().n_vocab);
-    std::printf("%-5s %7s %-6s %9s %9s %9s %9s %11s\n", "kv", "prompt", "pick", "ITL ms", "eval ms", "host ms",
-                "tok/s", "b2b eval");
+    std::printf("%-5s %7s %-6s %-6s %9s %9s %9s %9s %11s\n", "kv", "prompt", "sample", "pick", "ITL ms", "eval ms",
+                "host ms", "tok/s", "b2b eval");
     for (const std::string& codec : split(codecs))
       for (const std::string& ls : split(lengths)) {
         const int len = std::stoi(ls);
@@ -95,12 +96,14 @@ int main(int argc, char** argv) {
         dec->prepare(dec->max_batch());
         std::vector<int32_t> prompt(static_cast<size_t>(len));
         for (int i = 0; i < len; ++i) prompt[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % n_vocab);
-        for (bool argmax : {false, true}) {
+        for (int run = 0; run < 4; ++run) {
+          const bool on_device = run % 2 == 1, drawn = run >= 2;
           dec->reset();
-          TimedDecoder t(*dec, argmax);
+          TimedDecoder t(*dec, on_device);
           GenerateOptions g;
           g.max_tokens = n_new;
           g.stop_at_eog = false;
+          if (drawn) g.sampler.temperature = 1.0f, g.sampler.top_k = 0, g.sampler.top_p = 1.0f, g.sampler.min_p = 0.0f;
           const GenerateOutput out = generate(t, prompt, g);
           std::vector<double> itl;
           for (double s : out.stats.itl_s) itl.push_back(1e3 * s);
@@ -112,8 +115,9 @@ int main(int argc, char** argv) {
             dec->eval(&tok, 1, dec->logits_row());
             b2b.push_back(ms_between(a, Clock::now()));
           }
-          std::printf("%-5s %7d %-6s %9.3f %9.3f %9.3f %9.1f %11.3f\n", codec.c_str(), len, argmax ? "device" : "host",
-                      median(itl), median(t.eval_ms), median(t.gap_ms), out.stats.decode_tok_s(), median(b2b));
+          std::printf("%-5s %7d %-6s %-6s %9.3f %9.3f %9.3f %9.1f %11.3f\n", codec.c_str(), len,
+                      drawn ? "t=1" : "greedy", on_device ? "device" : "host", median(itl), median(t.eval_ms),
+                      median(t.gap_ms), out.stats.decode_tok_s(), median(b2b));
           std::fflush(stdout);
         }
       }

@@ -9,7 +9,7 @@
 #include <utility>
 
 #include "core/error.h"
-#include "cuda/argmax.h"
+#include "cuda/pick.h"
 #include "cuda/prefill_attention.h"
 #include "kv/codecs/layout.h"
 
@@ -89,14 +89,14 @@ void CudaDecoder::init() {
   io_ = Buffer(3 * 4 * kMaxBatch);
   io_host_ = HostBuffer(io_.bytes());
   logits_host_ = HostBuffer(logits_.bytes());
-  argmax_ = Buffer(argmax_scratch_bytes() + 4);  // then the index
-  argmax_.fill(0);
-  argmax_host_ = HostBuffer(4);
+  pick_ = Buffer(pick_scratch_bytes() + 4);  // then the index
+  pick_.fill(0);
+  pick_host_ = HostBuffer(4);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p :
        {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_,
-        &argmax_})
+        &pick_})
     scratch_bytes_ += p->bytes();
   check(cudaStreamCreateWithFlags(&stream_, cudaStreamNonBlocking), "cudaStreamCreate");
   b_.account(table_.bytes() + scratch_bytes_, 0);
@@ -228,14 +228,19 @@ void CudaDecoder::eval(const int32_t* tokens, int n, float* logits, bool all_log
   if (!all_logits && logits != logits_row()) std::memcpy(logits, logits_host_.as<void>(), row_bytes);
 }
 
-int32_t CudaDecoder::eval_argmax(const int32_t* tokens, int n) {
+int32_t CudaDecoder::eval_pick(const int32_t* tokens, int n, const TokenPick& p) {
   const int n_vocab = int(b_.model().config().n_vocab);
-  auto* index = reinterpret_cast<int32_t*>(argmax_.as<uint8_t>() + argmax_scratch_bytes());
+  if (!(p.inv_temperature >= 0) || !(p.u >= 0 && p.u < 1))
+    fail("eval_pick: inverse temperature {} or u {} out of range", p.inv_temperature, p.u);
+  auto* index = reinterpret_cast<int32_t*>(pick_.as<uint8_t>() + pick_scratch_bytes());
   run(tokens, n, false, [&](int) {
-    check(argmax(logits_.as<float>(), n_vocab, argmax_.get(), index, stream_), "argmax");
-    check(cudaMemcpyAsync(argmax_host_.get(), index, 4, cudaMemcpyDeviceToHost, stream_), "argmax");
+    const float* l = logits_.as<float>();
+    check(p.inv_temperature > 0 ? draw(l, n_vocab, p.inv_temperature, p.u, pick_.get(), index, stream_)
+                                : argmax(l, n_vocab, pick_.get(), index, stream_),
+          "token pick");
+    check(cudaMemcpyAsync(pick_host_.get(), index, 4, cudaMemcpyDeviceToHost, stream_), "token pick");
   });
-  return *argmax_host_.as<int32_t>();
+  return *pick_host_.as<int32_t>();
 }
 
 void CudaDecoder::run_graph() {

@@ -39,8 +39,8 @@ class CudaDecoder : public DeviceDecoder {
 
   void eval(const int32_t* tokens, int n, float* logits, bool all_logits = false) override;
   float* logits_row() override { return logits_host_.as<float>(); }
-  bool has_argmax() const override { return true; }
-  int32_t eval_argmax(const int32_t* tokens, int n) override;
+  bool has_pick() const override { return true; }
+  int32_t eval_pick(const int32_t* tokens, int n, const TokenPick& pick) override;
   int n_past() const override { return n_past_; }
   int max_context() const override { return max_context_; }
   int max_batch() const override { return kMaxBatch; }
@@ -77,7 +77,7 @@ class CudaDecoder : public DeviceDecoder {
   // Token t of the current eval(): ids/positions/lengths are read from io_ on the device. host_len > 0
   // sizes the attention grid for that length; 0 reads the length at run time (graph capture).
   void launch_token(int t, int host_len, bool logits);
-  // What eval() and eval_argmax() share: the tokens through the model, take(r) queued on the stream when row r's
+  // What eval() and eval_pick() share: the tokens through the model, take(r) queued on the stream when row r's
   // logits are in logits_ (every row with all_logits, else the last), then a wait for the stream. A template, not a
   // std::function: its callers' lambdas would be allocated on every token.
   template <class Take>
@@ -109,8 +109,8 @@ class CudaDecoder : public DeviceDecoder {
   Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
   HostBuffer io_host_;            // io_'s values, page-locked (so is logits_host_: the one-row logits' way out)
   HostBuffer logits_host_;
-  Buffer argmax_;           // argmax()'s scratch, then the index it finds (eval_argmax)
-  HostBuffer argmax_host_;  // the index, page-locked
+  Buffer pick_;           // the picks' scratch (pick.h), then the index picked (eval_pick)
+  HostBuffer pick_host_;  // the index, page-locked
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true, graph_failed_ = false, batched_ = true;
   int chunk_ = 4096;  // set by init()

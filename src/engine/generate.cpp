@@ -84,7 +84,7 @@ Generation::Generation(const tok::Tokenizer& tokenizer, int n_vocab, const std::
   st.cached_tokens = int(cursor_);
   for (int32_t t : prompt_) sampler_.accept(t);
   max_new_ = o_.teacher ? int(o_.teacher->size()) : o_.max_tokens;
-  argmax_only_ = sampler_.greedy() && !o_.teacher && !o_.want_logprobs;
+  pickable_ = sampler_.pickable(n_vocab) && !o_.teacher && !o_.want_logprobs;
   t0_ = now_seconds();
 }
 
@@ -110,15 +110,24 @@ std::span<const int32_t> Generation::next(int max_tokens) {
   return {&next_token_, 1};
 }
 
-void Generation::advance(int32_t argmax) {
-  if (!argmax_only_) fail("generation: advance(token) where the sampler needs the logits");
-  given_ = argmax;
+std::optional<TokenPick> Generation::pick() {
+  if (!pickable_ || pending_ == 0) return std::nullopt;
+  pick_given_ = true;
+  // A prompt chunk before the last samples nothing: no uniform is taken for it.
+  if (cursor_ < prompt_.size() && cursor_ + size_t(pending_) < prompt_.size()) return TokenPick{};
+  return sampler_.pick();
+}
+
+void Generation::advance(int32_t picked) {
+  if (!pick_given_) fail("generation: advance(token) without a pick() for these tokens");
+  given_ = picked;
   advance();
   given_ = -1;
 }
 
 void Generation::advance() {
   if (done_ || pending_ == 0) fail("generation: advance() without tokens from next()");
+  pick_given_ = false;
   n_past_ += pending_;
   if (cursor_ < prompt_.size()) {
     cursor_ += size_t(pending_);
@@ -172,10 +181,9 @@ void Generation::finish(const char* reason) {
 GenerateOutput generate(Decoder& fw, const std::vector<int32_t>& prompt, const GenerateOptions& o) {
   Generation g(fw.model().tokenizer(), int(fw.model().config().n_vocab), prompt, o, fw.n_past(), fw.max_context());
   g.use_logits_row(fw.logits_row());
-  const bool argmax = fw.has_argmax() && g.wants_argmax_only();
   for (auto t = g.next(fw.max_batch()); !t.empty(); t = g.next(fw.max_batch())) {
-    if (argmax) {
-      g.advance(fw.eval_argmax(t.data(), int(t.size())));
+    if (const std::optional<TokenPick> p = fw.has_pick() ? g.pick() : std::nullopt) {
+      g.advance(fw.eval_pick(t.data(), int(t.size()), *p));
     } else {
       fw.eval(t.data(), int(t.size()), g.logits());
       g.advance();

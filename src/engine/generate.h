@@ -4,6 +4,7 @@
 #include <cstdint>
 #include <functional>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
@@ -80,10 +81,11 @@ class Generation {
   // logits() is `row` from now on (Decoder::logits_row: where the decoder writes them fastest); nullptr: no change.
   void use_logits_row(float* row) { logits_ = row ? row : logits_; }
   void advance();  // after evaluating what next() returned
-  // Greedy picks need no logits (no temperature, penalty, teacher or recorded distributions): the caller may
-  // evaluate with Decoder::eval_argmax and pass its token here instead of writing logits().
-  bool wants_argmax_only() const { return argmax_only_; }
-  void advance(int32_t argmax);
+  // For a decoder that picks where the logits are (Decoder::eval_pick): what to pick after what next() returned,
+  // or nullopt where the sampler needs the logits (cuts, a penalty, a teacher, recorded distributions). Call once
+  // per next(), then evaluate with eval_pick and pass its token to advance(token) instead of writing logits().
+  std::optional<TokenPick> pick();
+  void advance(int32_t picked);
   bool done() const { return done_; }
   bool prefilling() const { return !done_ && cursor_ < prompt_.size(); }
   int n_past() const { return n_past_; }      // tokens in the sequence's cache, by this generation's count
@@ -107,8 +109,9 @@ class Generation {
   int pending_ = 0;    // tokens handed out by next() and not yet advanced over
   int n_past_ = 0, max_context_ = 0, max_new_ = 0;
   int32_t next_token_ = 0;
-  int32_t given_ = -1;  // advance(argmax)'s token for sample(), or -1
-  bool argmax_only_ = false;
+  int32_t given_ = -1;       // advance(picked)'s token for sample(), or -1
+  bool pickable_ = false;    // the sampler can pick without the logits, and nothing else needs them
+  bool pick_given_ = false;  // pick() returned a pick for the tokens handed out
   bool done_ = false;
   double t0_ = 0, t_last_ = 0;
 };

@@ -57,6 +57,18 @@ int32_t argmax(const float* logits, int n) {
 
 Sampler::Sampler(const SamplerOptions& o) : o_(o), rng_(o.seed) {}
 
+bool Sampler::pickable(int n_vocab) const {
+  if (o_.repeat_penalty != 1.0f) return false;
+  if (o_.temperature <= 0.0f) return true;
+  return !(o_.top_k > 0 && o_.top_k < n_vocab) && o_.top_p >= 1.0f && o_.min_p <= 0.0f;
+}
+
+TokenPick Sampler::pick() {
+  if (o_.temperature <= 0.0f) return {};
+  // draw() takes uniform(0, total) from rng_: total times this same canonical draw.
+  return {1.0f / o_.temperature, std::uniform_real_distribution<double>(0.0, 1.0)(rng_)};
+}
+
 void Sampler::reset() {
   rng_.seed(o_.seed);
   recent_.clear();

@@ -6,6 +6,8 @@
 #include <random>
 #include <vector>
 
+#include "model/decoder.h"
+
 namespace kvtax {
 
 struct SamplerOptions {
@@ -23,8 +25,11 @@ class Sampler {
   explicit Sampler(const SamplerOptions& o);
   // Picks the next token from logits[n_vocab] (logits are not modified) and remembers it for the penalty.
   int32_t sample(const float* logits, int n_vocab);
-  // The pick is the largest logit (temperature 0, no repetition penalty): argmax alone decides it.
-  bool greedy() const { return o_.temperature <= 0.0f && o_.repeat_penalty == 1.0f; }
+  // Whether a decoder holding the logits can pick as sample() would (Decoder::eval_pick): greedy, or a draw with no
+  // cut (no top-k below n_vocab, top-p 1, min-p 0) and no repetition penalty.
+  bool pickable(int n_vocab) const;
+  // The pick for that decoder; a draw's uniform comes from this sampler's generator, as sample() takes it.
+  TokenPick pick();
   void accept(int32_t token);  // add a prompt token to the penalty window
   void reset();
 

@@ -4,8 +4,8 @@
 
 namespace kvtax {
 
-int32_t Decoder::eval_argmax(const int32_t*, int) {
-  fail("eval_argmax: this decoder keeps no logits of its own to search (has_argmax() is false)");
+int32_t Decoder::eval_pick(const int32_t*, int, const TokenPick&) {
+  fail("eval_pick: this decoder keeps no logits of its own to pick from (has_pick() is false)");
 }
 
 }  // namespace kvtax

@@ -8,6 +8,15 @@ namespace kvtax {
 
 class Model;
 
+// A token picked where the logits are, so that the host reads one int instead of the vocabulary.
+// inv_temperature 0: the largest logit (the first of equal ones, NaNs skipped), the greedy pick. Otherwise a draw from
+// softmax(logits * inv_temperature): the first token, in index order, whose running sum of weights passes u times
+// their total (u in [0, 1)), which is how the CPU sampler draws when no cut applies.
+struct TokenPick {
+  float inv_temperature = 0.0f;
+  double u = 0.0;
+};
+
 class Decoder {
  public:
   virtual ~Decoder() = default;
@@ -17,11 +26,10 @@ class Decoder {
   // Where eval() writes one row of logits fastest, or nullptr where every buffer is as good: a device decoder's
   // page-locked row, which the device copies into with no host copy after it. Valid as long as the decoder.
   virtual float* logits_row() { return nullptr; }
-  // Greedy decoding without the logits on the host: eval_argmax() runs like eval() and returns the index of the last
-  // row's largest logit (the first of equal ones, NaNs skipped), the token a greedy sampler picks. Only where
-  // has_argmax() (a device decoder finds it where the logits are; the host then reads one int, not the vocabulary).
-  virtual bool has_argmax() const { return false; }
-  virtual int32_t eval_argmax(const int32_t* tokens, int n);
+  // eval_pick() runs like eval() and returns the last row's token as `pick` says, instead of its logits. Only where
+  // has_pick() (a device decoder: the logits stay where they are).
+  virtual bool has_pick() const { return false; }
+  virtual int32_t eval_pick(const int32_t* tokens, int n, const TokenPick& pick);
   virtual int n_past() const = 0;
   virtual int max_context() const = 0;
   virtual int max_batch() const = 0;

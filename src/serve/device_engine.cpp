@@ -45,6 +45,7 @@ class DeviceEngine : public StepEngine {
     for (int i = 0; i < c.parallel; ++i) {
       auto d = dev.shared_decoder(kv_, max_context_, pool_);
       d->prepare(n);
+      picks_ = d->has_pick();
       seqs_.push_back(std::move(d));
     }
   }
@@ -52,6 +53,7 @@ class DeviceEngine : public StepEngine {
   int max_context() const override { return max_context_; }
   size_t bytes_needed(size_t tokens) const override { return pool_->bytes_for(tokens); }
   bool batched() const override { return false; }
+  bool picks() const override { return picks_; }
   std::string describe() const override {
     return fmt::format("{}; KV cache: {} tokens in {:.3f} GiB ({}); sequences are stepped one after another",
                        dev_.describe(), pool_->capacity_tokens(), double(budget_) / (1ull << 30), kv_.str());
@@ -67,7 +69,7 @@ class DeviceEngine : public StepEngine {
   void eval(std::span<const EngineRows> rows) override {
     for (const EngineRows& r : rows) {
       DeviceDecoder& d = *static_cast<DeviceSeq*>(r.seq)->dec;
-      if (r.pick && d.has_argmax()) *r.pick = d.eval_argmax(r.tokens, r.n);
+      if (r.pick) *r.picked = d.eval_pick(r.tokens, r.n, *r.pick);
       else d.eval(r.tokens, r.n, r.logits);
     }
   }
@@ -76,6 +78,7 @@ class DeviceEngine : public StepEngine {
   DeviceBackend& dev_;
   KvSpec kv_;
   int batch_;
+  bool picks_ = false;
   std::shared_ptr<DeviceKvPool> pool_;
   std::vector<std::unique_ptr<DeviceDecoder>> seqs_;
   size_t budget_ = 0;

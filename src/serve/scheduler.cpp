@@ -51,7 +51,7 @@ struct Scheduler::Slot {
   size_t need = 0;              // KV bytes the running request was admitted with
   uint64_t stamp = 0;           // admission order while running; last use while idle
   double t_start = 0;
-  int32_t pick = -1;            // the engine's greedy pick of this step (EngineRows::pick), or -1
+  int32_t picked = -1;          // the engine's pick of this step's token (EngineRows::pick), or -1
 };
 
 Scheduler::Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics, DeviceBackend* device)
@@ -250,9 +250,9 @@ void Scheduler::step() {
       finished.push_back(s);
       continue;
     }
-    s->pick = -1;
-    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(),
-                    s->gen->wants_argmax_only() ? &s->pick : nullptr});
+    s->picked = -1;
+    const std::optional<TokenPick> pick = engine_->picks() ? s->gen->pick() : std::nullopt;
+    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(), pick, pick ? &s->picked : nullptr});
     in.push_back(s);
     budget -= int(t.size());
   }
@@ -272,7 +272,7 @@ void Scheduler::step() {
     }
   }
   for (Slot* s : in) {
-    if (s->pick >= 0) s->gen->advance(s->pick);
+    if (s->picked >= 0) s->gen->advance(s->picked);
     else s->gen->advance();
     if (s->gen->done()) finished.push_back(s);
   }

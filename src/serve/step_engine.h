@@ -4,11 +4,13 @@
 #include <cstddef>
 #include <cstdint>
 #include <memory>
+#include <optional>
 #include <span>
 #include <string>
 #include <vector>
 
 #include "kv/cache.h"
+#include "model/decoder.h"
 
 namespace kvtax {
 class DeviceBackend;
@@ -39,9 +41,10 @@ struct EngineRows {
   const int32_t* tokens = nullptr;
   int n = 0;
   float* logits = nullptr;
-  // Set for a greedy sequence (Generation::wants_argmax_only): an engine that finds the largest logit itself
-  // (Decoder::eval_argmax) writes its index here instead of the logits; otherwise it stays as it is.
-  int32_t* pick = nullptr;
+  // Set only by an engine that picks() (Generation::pick): the engine writes the picked token to *picked instead of
+  // the logits.
+  std::optional<TokenPick> pick;
+  int32_t* picked = nullptr;
 };
 
 class StepEngine {
@@ -53,6 +56,9 @@ class StepEngine {
   // True when a step runs all its sequences in one forward pass (weights read once); false when the
   // sequences are run one after another.
   virtual bool batched() const = 0;
+  // True when eval() honours EngineRows::pick (Decoder::eval_pick). Asked before a sequence's pick is taken, since
+  // taking it draws from the sequence's sampler.
+  virtual bool picks() const { return false; }
   virtual std::string describe() const = 0;  // for the startup line
   // A new sequence (the scheduler makes `parallel` of them at start).
   virtual std::unique_ptr<EngineSeq> sequence() = 0;

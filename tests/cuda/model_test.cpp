@@ -24,6 +24,7 @@
 #include "cuda/device_decoder.h"
 #include "cuda_test_util.h"
 #include "engine/sampler.h"
+#include "pick_reference.h"
 #include "model/forward.h"
 #include "model/make_model.h"
 
@@ -155,14 +156,24 @@ TEST(CudaModel, LogitsRowHoldsTheSameLogits) {
   });
 }
 
-// eval_argmax: the token the CPU sampler's argmax picks from eval()'s logits.
-TEST(CudaModel, EvalArgmaxPicksWhatTheLogitsSay) {
+// eval_pick: the token the CPU sampler's argmax picks from eval()'s logits, and the draw the float64 walk makes.
+TEST(CudaModel, EvalPickPicksWhatTheLogitsSay) {
   REQUIRE_GPU();
-  side_by_side("argmax", "f16", [](DeviceDecoder& a, DeviceDecoder& b, const int32_t* t, int n, int n_vocab) {
-    ASSERT_TRUE(b.has_argmax());
+  side_by_side("pick", "f16", [](DeviceDecoder& a, DeviceDecoder& b, const int32_t* t, int n, int n_vocab) {
+    ASSERT_TRUE(b.has_pick());
     std::vector<float> la(static_cast<size_t>(n_vocab));
     a.eval(t, n, la.data());
-    EXPECT_EQ(b.eval_argmax(t, n), argmax(la.data(), n_vocab));
+    EXPECT_EQ(b.eval_pick(t, n, TokenPick{}), argmax(la.data(), n_vocab));
+  });
+  side_by_side("draw", "fp8", [](DeviceDecoder& a, DeviceDecoder& b, const int32_t* t, int n, int n_vocab) {
+    std::vector<float> la(static_cast<size_t>(n_vocab));
+    a.eval(t, n, la.data());
+    const TokenPick p{0.8f, double((t[0] * 7919) % 1000) / 1000.0};
+    const testing::DrawReference want = testing::draw_reference(la.data(), n_vocab, p.inv_temperature, p.u);
+    const int32_t got = b.eval_pick(t, n, p);
+    if (want.margin >= 1e-6) {  // else a running sum within rounding of the target: a neighbour is as right
+      EXPECT_EQ(got, want.index) << "u " << p.u;
+    }
   });
 }
 
