@@ -21,6 +21,12 @@
 namespace kvtax::cli {
 namespace {
 
+// The step budget on a device. Each prompt chunk there reads all the weights, so a budget of 512 left a 30k-token
+// prompt's TTFT at 1.57 s against 1.22 s at 2048 and 1.15 s at 8192 (H200, Q4_K llama3-8b, docs/perf.md "Session 23").
+// 2048 takes most of that for 0.2 MB of prefill buffers per row and sequence (llama3-8b: 0.4 GB a sequence, 1.7 GB
+// at 8192), and keeps the other sequences' decode steps from waiting behind longer chunks.
+constexpr int kDeviceStepTokens = 2048;
+
 struct ServeArgs {
   EngineOptions engine;
   std::string host = "127.0.0.1", name, reserve;
@@ -49,7 +55,7 @@ void serve(const ServeArgs& a) {
   std::unique_ptr<DeviceBackend> dev;
   if (a.engine.device != "cpu") dev = open_device(a.engine.device, *model);
   const ModelConfig& c = model->config();
-  const int batch = a.engine.batch ? a.engine.batch : kCpuPrefillChunk;
+  const int batch = a.engine.batch ? a.engine.batch : dev ? kDeviceStepTokens : kCpuPrefillChunk;
   const KvSpec spec = a.engine.kv_spec();
   int ctx = a.engine.ctx > 0 ? a.engine.ctx : int(std::min<uint32_t>(c.context_length ? c.context_length : 4096, 32768));
   size_t reserve = 0;  // shared by every sequence; the scheduler caps one sequence's context to what it holds
@@ -106,7 +112,7 @@ const bool registered = add_command({"serve", "OpenAI-compatible HTTP server (ch
   add_engine_options(sub, a->engine);
   // Here the step's token budget, shared by the sequences' prompt chunks and decode tokens.
   sub.get_option("--batch")->description(
-      "Tokens per scheduler step, prompt chunks and decode tokens together (default 512)");
+      "Tokens per scheduler step, prompt chunks and decode tokens together (default 512; 2048 with --device cuda)");
   sub.add_option("--host", a->host, "Address to listen on (default 127.0.0.1)");
   sub.add_option("--port", a->port, "Port (default 8080; 0: any free port)")->check(CLI::Range(0, 65535));
   sub.add_option("--name", a->name, "Model id clients name (default: the file name without .gguf)");
