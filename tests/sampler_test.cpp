@@ -102,6 +102,35 @@ TEST(Sampler, CutsOverABigVocabularyDrawWhatTheFullSortDraws) {
   }
 }
 
+// Equal logits across the top-k boundary: the earlier ones are kept and come first, in the sampler as in the plain
+// chain, so a seed draws the same tokens on every standard library.
+TEST(Sampler, TopKTiesKeepTheEarlierTokens) {
+  std::vector<float> l = big_logits(5);
+  for (int j = 0; j < 60; ++j) l[size_t(j * 997 % l.size())] = 40.0f;  // 60 equal values above every other
+  for (int top_k : {1, 7, 40, 59, 60, 61}) {
+    SamplerOptions o;
+    o.top_k = top_k, o.top_p = 1.0f, o.min_p = 0.0f, o.temperature = 1.0f, o.seed = 3;
+    Sampler s(o);
+    ReferenceSampler ref(o);
+    std::vector<int32_t> seen;
+    for (int i = 0; i < 200; ++i) {
+      const int32_t t = s.sample(l.data(), int(l.size()));
+      EXPECT_EQ(t, ref.sample(l.data(), int(l.size()))) << "top_k " << top_k;
+      seen.push_back(t);
+    }
+    // Only the first min(top_k, 60) of the tied tokens in index order can be drawn.
+    std::vector<int32_t> tied;
+    for (int32_t i = 0; i < int32_t(l.size()); ++i)
+      if (l[size_t(i)] == 40.0f) tied.push_back(i);
+    const std::vector<int32_t> allowed(tied.begin(), tied.begin() + std::min<size_t>(size_t(top_k), tied.size()));
+    for (int32_t t : seen) {
+      if (top_k <= 60) {
+        EXPECT_TRUE(std::binary_search(allowed.begin(), allowed.end(), t)) << "top_k " << top_k;
+      }
+    }
+  }
+}
+
 // No cut: every token may be drawn, in index order; the frequencies follow the softmax at the temperature.
 TEST(Sampler, NoCutDrawsFollowTheSoftmaxOfTheWholeVocabulary) {
   std::vector<float> l = big_logits(5, 10007);

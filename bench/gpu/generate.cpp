@@ -1,8 +1,9 @@
 // A generated token's time on the device, split where generate() spends it: the decoder's eval (the step, and the
-// logits to the host) and the host between two evals (sampling, stop checks, the token's text). Greedy and a draw at
-// temperature 1 with no cut (OpenAI's defaults), each two ways: the host sampling from the vocabulary's logits
-// (eval) and the device picking the token (eval_pick). Beside them, evals back to back, as kvtax_gpu_decode_bench
-// times the step. Prompts of random token ids, prefilled in batches.
+// logits to the host) and the host between two evals (sampling, stop checks, the token's text). Greedy, a draw at
+// temperature 1 with no cut (OpenAI's defaults) and llama.cpp's chain (top-k 40, top-p 0.95, min-p 0.05, temperature
+// 0.8), each two ways: the host sampling from the vocabulary's logits (eval) and the device picking the token
+// (eval_pick). Beside them, evals back to back, as kvtax_gpu_decode_bench times the step. Prompts of random token
+// ids, prefilled in batches.
 //   kvtax_gpu_generate_bench -m MODEL.gguf [--codecs f16,fp8] [--lengths 2048,32768] [-n 256]
 #include <CLI/CLI.hpp>
 
@@ -96,14 +97,17 @@ int main(int argc, char** argv) {
         dec->prepare(dec->max_batch());
         std::vector<int32_t> prompt(static_cast<size_t>(len));
         for (int i = 0; i < len; ++i) prompt[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % n_vocab);
-        for (int run = 0; run < 4; ++run) {
-          const bool on_device = run % 2 == 1, drawn = run >= 2;
+        for (int run = 0; run < 6; ++run) {
+          const bool on_device = run % 2 == 1;
+          const int mode = run / 2;  // greedy, t=1, llama.cpp's chain
           dec->reset();
           TimedDecoder t(*dec, on_device);
           GenerateOptions g;
           g.max_tokens = n_new;
           g.stop_at_eog = false;
-          if (drawn) g.sampler.temperature = 1.0f, g.sampler.top_k = 0, g.sampler.top_p = 1.0f, g.sampler.min_p = 0.0f;
+          SamplerOptions& so = g.sampler;
+          if (mode == 1) so.temperature = 1.0f, so.top_k = 0, so.top_p = 1.0f, so.min_p = 0.0f;
+          if (mode == 2) so.temperature = 0.8f, so.top_k = 40, so.top_p = 0.95f, so.min_p = 0.05f;
           const GenerateOutput out = generate(t, prompt, g);
           std::vector<double> itl;
           for (double s : out.stats.itl_s) itl.push_back(1e3 * s);
@@ -116,8 +120,8 @@ int main(int argc, char** argv) {
             b2b.push_back(ms_between(a, Clock::now()));
           }
           std::printf("%-5s %7d %-6s %-6s %9.3f %9.3f %9.3f %9.1f %11.3f\n", codec.c_str(), len,
-                      drawn ? "t=1" : "greedy", on_device ? "device" : "host", median(itl), median(t.eval_ms),
-                      median(t.gap_ms), out.stats.decode_tok_s(), median(b2b));
+                      mode == 0 ? "greedy" : mode == 1 ? "t=1" : "top-k", on_device ? "device" : "host", median(itl),
+                      median(t.eval_ms), median(t.gap_ms), out.stats.decode_tok_s(), median(b2b));
           std::fflush(stdout);
         }
       }

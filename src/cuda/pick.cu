@@ -3,6 +3,8 @@
 #include <climits>
 #include <cmath>
 
+#include "cuda/block_scan.cuh"
+
 namespace kvtax::cuda {
 namespace {
 
@@ -42,7 +44,7 @@ __device__ __forceinline__ void block_best(float& v, int& i) {
   }
 }
 
-// Block-wide reductions and scan, the result in every thread (each call ends with a barrier).
+// The block's largest v, in every thread (ends with a barrier).
 __device__ __forceinline__ float block_max(float v) {
   __shared__ float part[kThreads / 32];
 #pragma unroll
@@ -54,38 +56,6 @@ __device__ __forceinline__ float block_max(float v) {
   for (int w = 1; w < kThreads / 32; ++w) v = fmaxf(v, part[w]);
   __syncthreads();
   return v;
-}
-__device__ __forceinline__ double warp_inclusive_sum(double v) {
-  const int lane = threadIdx.x % 32;
-#pragma unroll
-  for (int off = 1; off < 32; off <<= 1) {
-    const double o = __shfl_up_sync(0xffffffffu, v, off);
-    if (lane >= off) v += o;
-  }
-  return v;
-}
-// The sum of the lanes' v before this one. Not inclusive - v: a large v absorbs the small ones before it.
-__device__ __forceinline__ double warp_exclusive_sum(double v, double* inclusive) {
-  *inclusive = warp_inclusive_sum(v);
-  const double before = __shfl_up_sync(0xffffffffu, *inclusive, 1);
-  return threadIdx.x % 32 == 0 ? 0.0 : before;
-}
-// Exclusive prefix of v over the block's threads in thread order; *total gets the sum of all.
-__device__ __forceinline__ double block_exclusive_sum(double v, double* total) {
-  __shared__ double part[kThreads / 32];
-  double inc;
-  const double in_warp = warp_exclusive_sum(v, &inc);
-  if (threadIdx.x % 32 == 31) part[threadIdx.x / 32] = inc;
-  __syncthreads();
-  double before = 0, all = 0;
-#pragma unroll
-  for (int w = 0; w < kThreads / 32; ++w) {
-    if (w < int(threadIdx.x / 32)) before += part[w];
-    all += part[w];
-  }
-  __syncthreads();
-  *total = all;
-  return before + in_warp;
 }
 
 // Publishes this block's partial and tells whether it arrived last (then the others' partials are visible to it).
@@ -142,7 +112,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
     if (m > -INFINITY)
       for (int i = lo + threadIdx.x; i < hi; i += kThreads) t += expf(x[i] * inv_t - m);
     double sum;
-    block_exclusive_sum(t, &sum);
+    detail::block_exclusive_sum<kThreads>(t, &sum);
     if (threadIdx.x == 0) s->value[blockIdx.x] = m, s->sum[blockIdx.x] = sum;
   }
   if (!arrive_last(s)) return;
@@ -161,7 +131,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
     for (int k = 0; k < 2; ++k)
       w[k] = m[k] > -INFINITY ? __ldcg(&s->sum[2 * lane + k]) * exp(double(m[k]) - double(mx)) : 0.0;
     double inc;
-    const double before = warp_exclusive_sum(w[0] + w[1], &inc);
+    const double before = detail::warp_exclusive_sum(w[0] + w[1], &inc);
     const double total = __shfl_sync(0xffffffffu, inc, 31), target = u * total;
     const double pre[2] = {before, before + w[0]};
     const int k = w[1] > 0 && pre[1] <= target ? 1 : w[0] > 0 && pre[0] <= target ? 0 : -1;
@@ -185,7 +155,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
   double mine = 0;
   for (int i = tlo; i < thi; ++i) mine += expf(x[i] * inv_t - top);
   double all;
-  const double pre = block_exclusive_sum(mine, &all);  // its barriers also publish share's start
+  const double pre = detail::block_exclusive_sum<kThreads>(mine, &all);  // its barriers also publish share's start
   if (mine > 0 && pre <= rest) atomicMax(&share, int(threadIdx.x));
   __syncthreads();
   if (threadIdx.x == 0) s->arrived = 0;

@@ -44,7 +44,11 @@ float max_value(const float* l, int n) {
   return m;
 }
 
-bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) { return a.first > b.first; }
+// Largest first, the earlier of equal logits first: the order, and so the top-k at a tie, is the same on every
+// standard library (std::sort and the heap alone leave equal logits in any order).
+bool by_logit(const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
+  return a.first > b.first || (a.first == b.first && a.second < b.second);
+}
 
 }  // namespace
 
@@ -105,7 +109,7 @@ const float* Sampler::penalized(const float* logits, int n) {
 // and never copied.
 void Sampler::top_candidates(const float* logits, int n, int k) {
   auto heap_less = [](const std::pair<float, int32_t>& a, const std::pair<float, int32_t>& b) {
-    return a.first > b.first;  // a min-heap on the logit
+    return by_logit(a, b);  // a min-heap in by_logit's order: its front is the candidate to give up first
   };
   cand_.clear();
   for (int i = 0; i < k; ++i) cand_.emplace_back(logits[i], i);

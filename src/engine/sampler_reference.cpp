@@ -12,7 +12,9 @@ int32_t ReferenceSampler::sample(const float* logits, int n_vocab) {
   if (o_.temperature <= 0.0f)
     return std::max_element(c.begin(), c.end(), [](const auto& a, const auto& b) { return a.first < b.first; })
         ->second;
-  auto by_logit = [](const auto& a, const auto& b) { return a.first > b.first; };
+  auto by_logit = [](const auto& a, const auto& b) {
+    return a.first > b.first || (a.first == b.first && a.second < b.second);
+  };
   size_t keep = c.size();
   if (o_.top_k > 0 && size_t(o_.top_k) < keep) {
     keep = size_t(o_.top_k);
