@@ -1,9 +1,10 @@
 // A generated token's time on the device, split where generate() spends it: the decoder's eval (the step, and the
 // logits to the host) and the host between two evals (sampling, stop checks, the token's text). Greedy, a draw at
 // temperature 1 with no cut (OpenAI's defaults) and llama.cpp's chain (top-k 40, top-p 0.95, min-p 0.05, temperature
-// 0.8), each two ways: the host sampling from the vocabulary's logits (eval) and the device picking the token
-// (eval_pick). Beside them, evals back to back, as kvtax_gpu_decode_bench times the step. Prompts of random token
-// ids, prefilled in batches.
+// 0.8). The first two each two ways: the host sampling from the vocabulary's logits (eval) and the device picking the
+// token (eval_pick); llama.cpp's chain on the host only (the device takes no cut: docs/perf.md, "Session 23"). Beside
+// them, evals back to back, as kvtax_gpu_decode_bench times the step. Prompts of random token ids, prefilled in
+// batches.
 //   kvtax_gpu_generate_bench -m MODEL.gguf [--codecs f16,fp8] [--lengths 2048,32768] [-n 256]
 #include <CLI/CLI.hpp>
 
@@ -97,7 +98,7 @@ int main(int argc, char** argv) {
         dec->prepare(dec->max_batch());
         std::vector<int32_t> prompt(static_cast<size_t>(len));
         for (int i = 0; i < len; ++i) prompt[size_t(i)] = int32_t((int64_t(i) * 7919 + 13) % n_vocab);
-        for (int run = 0; run < 6; ++run) {
+        for (int run = 0; run < 5; ++run) {
           const bool on_device = run % 2 == 1;
           const int mode = run / 2;  // greedy, t=1, llama.cpp's chain
           dec->reset();
