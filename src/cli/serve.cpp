@@ -118,7 +118,8 @@ const bool registered = add_command({"serve", "OpenAI-compatible HTTP server (ch
   sub.add_option("--name", a->name, "Model id clients name (default: the file name without .gguf)");
   sub.add_option("--kv-reserve", a->reserve, "KV budget shared by all sequences (e.g. 2GiB; default: --parallel full contexts)");
   sub.add_flag("--no-prefix-cache", a->no_prefix_cache, "Do not reuse cached prompt prefixes across requests");
-  sub.add_option("--parallel", a->parallel, "Sequences decoded together in one batched step (default 4)")
+  sub.add_option("--parallel", a->parallel,
+                 "Sequences served at once (default 4): one batched step on the CPU, stepped in turn on a device")
       ->check(CLI::Range(1, 256));
   sub.add_option("--max-queue", a->max_queue, "Requests that may wait for the engine before 429 (default 16)");
   sub.add_option("--max-body", a->max_body, "Largest request body (default 8MiB)");
