@@ -200,7 +200,17 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
     }
   }
   if (a.blocks_per_sm > 0) fit = std::min(fit, a.blocks_per_sm * sm_count());
-  const int grid = RES ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
+  int grid = RES ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
+  if (!RES && (T == GgmlType::Q4_0 || T == GgmlType::Q4_K)) {
+    // The 4-bit rows cost their warps instructions more than bytes: where whole rows split unevenly over the warps
+    // (the largest share 10% or more above the mean), fewer warps with equal shares finish sooner. 14336x4096 with x
+    // ready: 3.39 rows a warp, Q4_K 78.9% of copy, Q4_0 82.2-82.5%; 4 rows each on 3584 warps, 84.1-84.8% and
+    // 86.8-87.1%. The byte-bound types lose there (Q8_0 93.6 -> 91.3%, F16 99.6 -> 91.2%), and so do small
+    // imbalances: the decode step's gate|up (6.79 rows a warp) and qkv (1.94) were 0.01-0.04 ms slower balanced
+    // (H200, session 23, docs/perf.md).
+    const int warps = grid * kWarps, most = (a.rows + warps - 1) / warps;
+    if (double(most) * warps >= 1.1 * a.rows) grid = std::max(1, ((a.rows + most - 1) / most + kWarps - 1) / kWarps);
+  }
   return launch_pdl_smem(k, grid, kThreads, smem, st, a);
 }
 
