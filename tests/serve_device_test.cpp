@@ -6,6 +6,7 @@
 
 #include <atomic>
 #include <barrier>
+#include <climits>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +39,7 @@ struct FakeState {
   std::atomic<int> evals{0};
   int oom_at_eval = -1;     // that eval (0-based, over all decoders) throws DeviceOutOfMemory
   size_t oom_pool_above = SIZE_MAX;  // kv_pool of more bytes throws DeviceOutOfMemory
+  int oom_prepare_above = INT_MAX;   // prepare() for more rows throws DeviceOutOfMemory
   int decoders = 0, prepared = 0;
 };
 
@@ -75,7 +77,10 @@ class FakeDecoder : public DeviceDecoder {
     fw_.cache().truncate(n);
     give_back(size_t(n + kPageTokens - 1) / kPageTokens);
   }
-  void prepare(int) override { st_.prepared++; }
+  void prepare(int rows) override {
+    if (rows > st_.oom_prepare_above) throw DeviceOutOfMemory("fake device: no room for the prefill buffers");
+    st_.prepared++;
+  }
 
  private:
   void give_back(size_t keep) {
@@ -326,6 +331,14 @@ TEST_F(ServeDevice, StartupSaysWhatTheKvHoldsAndRefusesWhatDoesNotFit) {
     EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
   }
   st.oom_pool_above = SIZE_MAX;
+  st.oom_prepare_above = o.engine.batch - 1;  // the step budget's prefill buffers do not fit: the message says so
+  try {
+    serve::Server server(*tiny_->model, o);
+    ADD_FAILURE() << "prefill buffers the device cannot hold were accepted";
+  } catch (const DeviceOutOfMemory& e) {
+    EXPECT_NE(std::string(e.what()).find("smaller --batch"), std::string::npos) << e.what();
+  }
+  st.oom_prepare_above = INT_MAX;
   o.engine.kv_budget = 10;  // not one page
   EXPECT_THROW(serve::Server(*tiny_->model, o), Error);
 }

@@ -44,7 +44,13 @@ class DeviceEngine : public StepEngine {
     const int n = std::min(max_context_, batch_);
     for (int i = 0; i < c.parallel; ++i) {
       auto d = dev.shared_decoder(kv_, max_context_, pool_);
-      d->prepare(n);
+      try {
+        d->prepare(n);
+      } catch (const DeviceOutOfMemory& e) {  // say which setting asked for it: the default --batch is larger here
+        throw DeviceOutOfMemory(fmt::format("{} (serve: sequence {} of {}, each with prefill buffers of {} rows: a "
+                                            "smaller --batch, --parallel or --kv-reserve needs less)",
+                                            e.what(), i + 1, c.parallel, n));
+      }
       picks_ = d->has_pick();
       seqs_.push_back(std::move(d));
     }
