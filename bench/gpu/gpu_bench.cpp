@@ -9,6 +9,7 @@
 #endif
 
 #include <algorithm>
+#include <cinttypes>
 #include <cstdio>
 #include <fstream>
 #include <functional>
@@ -22,6 +23,7 @@
 #include "cuda/runtime.h"
 #include "gpu_bench_util.h"
 #include "ggml/quants.h"
+#include "ggml/types.h"
 #include "kv/codecs/codec.h"
 #include "kv/rotation.h"
 
@@ -95,10 +97,14 @@ void bench_attention(const std::vector<int>& depths, const std::vector<std::stri
   }
 }
 
-void bench_gemv(double copy_gbs, std::vector<Row>& rows) {
-  struct Shape { int64_t rows, cols; };
-  const Shape shapes[] = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
-  const GgmlType types[] = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K};
+struct GemvShape { int64_t rows, cols; };
+
+// The GEMV table over `shapes` x `types` (empty: the llama3-8b shapes and every staged type), so that a profiler can be
+// pointed at one of them.
+void bench_gemv(double copy_gbs, std::vector<Row>& rows, std::vector<GemvShape> shapes, std::vector<GgmlType> types) {
+  using Shape = GemvShape;
+  if (shapes.empty()) shapes = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
+  if (types.empty()) types = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K};
 #if KVTAX_HAVE_CUBLAS
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) blas = nullptr;
@@ -210,7 +216,31 @@ int main_impl(int argc, char** argv) {
   app.add_option("--json", json, "write one JSON object per result line here");
   app.add_flag("--no-gemv", no_gemv);
   app.add_flag("--no-attention", no_attn);
+  std::vector<std::string> gemv_shapes, gemv_types;
+  app.add_option("--gemv-shapes", gemv_shapes, "GEMV shapes ROWSxCOLS (default: 4096x4096,14336x4096,4096x14336)")
+      ->delimiter(',');
+  app.add_option("--gemv-types", gemv_types, "GEMV weight types (default: f16,bf16,q8_0,q4_0,q4_K)")->delimiter(',');
   CLI11_PARSE(app, argc, argv);
+  std::vector<GemvShape> shapes;
+  for (const std::string& sh : gemv_shapes) {
+    GemvShape g{};
+    char x = 0, rest = 0;
+    if (std::sscanf(sh.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &g.rows, &x, &g.cols, &rest) != 3 || x != 'x' || g.rows < 1 ||
+        g.cols < 1 || g.cols % 256 != 0) {
+      std::fprintf(stderr, "--gemv-shapes: '%s' is not ROWSxCOLS with COLS a multiple of 256\n", sh.c_str());
+      return 2;
+    }
+    shapes.push_back(g);
+  }
+  std::vector<GgmlType> types;
+  for (const std::string& name : gemv_types) {
+    const auto t = ggml_type_from_name(name);
+    if (!t) {
+      std::fprintf(stderr, "--gemv-types: unknown type '%s'\n", name.c_str());
+      return 2;
+    }
+    types.push_back(*t);
+  }
   if (!cuda::available()) {
     std::fprintf(stderr, "no CUDA device\n");
     return 2;
@@ -222,7 +252,7 @@ int main_impl(int argc, char** argv) {
   std::vector<Row> rows;
   cuda::set_decode_waves(waves);
   if (!no_attn) bench_attention(depths, codecs, copy_gbs, rows);
-  if (!no_gemv) bench_gemv(copy_gbs, rows);
+  if (!no_gemv) bench_gemv(copy_gbs, rows, shapes, types);
   std::printf("\n%-12s %-6s %14s %10s %10s %9s %7s\n", "kernel", "type", "size", "us", "MB", "GB/s", "%copy");
   for (const Row& r : rows) {
     const std::string size = r.what == "attention" ? fmt::format("ctx {}", r.size)
