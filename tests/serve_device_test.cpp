@@ -323,21 +323,20 @@ TEST_F(ServeDevice, StartupSaysWhatTheKvHoldsAndRefusesWhatDoesNotFit) {
     EXPECT_NE(d.find("KV cache: 4096 tokens in "), std::string::npos) << d;  // 4 sequences of 1024
     EXPECT_NE(d.find("one after another"), std::string::npos) << d;
   }
+  // A start the device cannot hold fails with DeviceOutOfMemory, its message saying `why`.
+  auto refused = [&](const char* what, const char* why) {
+    try {
+      serve::Server server(*tiny_->model, o);
+      ADD_FAILURE() << what << " the device cannot hold was accepted";
+    } catch (const DeviceOutOfMemory& e) {
+      EXPECT_NE(std::string(e.what()).find(why), std::string::npos) << e.what();
+    }
+  };
   st.oom_pool_above = 1000;
-  try {
-    serve::Server server(*tiny_->model, o);
-    ADD_FAILURE() << "a KV pool the device cannot hold was accepted";
-  } catch (const DeviceOutOfMemory& e) {
-    EXPECT_NE(std::string(e.what()).find("does not fit"), std::string::npos) << e.what();
-  }
+  refused("a KV pool", "does not fit");
   st.oom_pool_above = SIZE_MAX;
   st.oom_prepare_above = o.engine.batch - 1;  // the step budget's prefill buffers do not fit: the message says so
-  try {
-    serve::Server server(*tiny_->model, o);
-    ADD_FAILURE() << "prefill buffers the device cannot hold were accepted";
-  } catch (const DeviceOutOfMemory& e) {
-    EXPECT_NE(std::string(e.what()).find("smaller --batch"), std::string::npos) << e.what();
-  }
+  refused("prefill buffers", "smaller --batch");
   st.oom_prepare_above = INT_MAX;
   o.engine.kv_budget = 10;  // not one page
   EXPECT_THROW(serve::Server(*tiny_->model, o), Error);
