@@ -102,14 +102,13 @@ struct GemvShape { int64_t rows, cols; };
 // The GEMV table over `shapes` x `types` (empty: the llama3-8b shapes and every staged type), so that a profiler can be
 // pointed at one of them.
 void bench_gemv(double copy_gbs, std::vector<Row>& rows, std::vector<GemvShape> shapes, std::vector<GgmlType> types) {
-  using Shape = GemvShape;
   if (shapes.empty()) shapes = {{4096, 4096}, {14336, 4096}, {4096, 14336}};
   if (types.empty()) types = {GgmlType::F16, GgmlType::BF16, GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K};
 #if KVTAX_HAVE_CUBLAS
   cublasHandle_t blas;
   if (cublasCreate(&blas) != CUBLAS_STATUS_SUCCESS) blas = nullptr;
 #endif
-  for (const Shape& s : shapes) {
+  for (const GemvShape& s : shapes) {
     const auto x = normal(size_t(s.cols), 3);
     cuda::Buffer xd(x.size() * 4), y(size_t(s.rows) * 4), scratch(cuda::gemv_scratch_bytes(s.cols));
     xd.upload(x.data(), x.size() * 4);
@@ -225,8 +224,8 @@ int main_impl(int argc, char** argv) {
   for (const std::string& sh : gemv_shapes) {
     GemvShape g{};
     char x = 0, rest = 0;
-    if (std::sscanf(sh.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &g.rows, &x, &g.cols, &rest) != 3 || x != 'x' || g.rows < 1 ||
-        g.cols < 1 || g.cols % 256 != 0) {
+    const int got = std::sscanf(sh.c_str(), "%" SCNd64 "%c%" SCNd64 "%c", &g.rows, &x, &g.cols, &rest);
+    if (got != 3 || x != 'x' || g.rows < 1 || g.cols < 1 || g.cols % 256 != 0) {
       std::fprintf(stderr, "--gemv-shapes: '%s' is not ROWSxCOLS with COLS a multiple of 256\n", sh.c_str());
       return 2;
     }
