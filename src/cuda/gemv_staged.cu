@@ -27,14 +27,22 @@ namespace {
 
 // Copies in flight per warp, and warps per block: a block of 32 rows with the residual epilogue (the decode step's
 // wo and down: one block per SM) takes 32 warps of one row each for float weights, 16 warps of two rows for
-// quantized ones, else 8 warps, 4 blocks per SM. The kernel is bound by instruction latency as much as by memory
-// (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per scheduler), so warps count more than stages: 2
-// stages with 8 warps per scheduler beat 4 stages with 4. 16-warp residual blocks, whose smaller shared memory lets
+// quantized ones, else 8 warps, 4 blocks per SM (wide quantized rows: 16, below). The kernel is bound by instruction
+// latency as much as by memory (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per scheduler), so
+// warps count more than stages: 2 stages with 8 warps per scheduler beat 4 stages with 4. 16-warp residual blocks, whose smaller shared memory lets
 // the next kernel's blocks in beside them, made the Q4_K step 0.01-0.035 ms faster and the BF16 one 0.12-0.14 ms
 // slower (H200, session 16, A/B in one call).
+// Quantized rows of 8192 columns or more take blocks of 16 warps, 2 per SM: each block stages x (~1.25 bytes a
+// column) before its first product, and at 14336 columns four blocks per SM read 72 KB of x per 250 KB of weights.
+// 4096x14336, x ready: Q4_K 74.8-75.4% -> 80.0-80.2% of copy, Q4_0 79.2-79.9 -> 81.5-81.8, Q8_0 86.2 -> 89.1; blocks
+// of 32 warps (128 blocks, one per SM) 74.0-74.5 / 74.9-75.0 / 89.3-89.7; at 4096 columns 16 warps lose 1-3 points
+// (H200, session 24, rounds alternated in one call).
 constexpr int kStages = 2;
-constexpr int warps_of(bool res, bool float_w) { return !res ? 8 : float_w ? 32 : 16; }
-constexpr int min_blocks(bool res) { return res ? 1 : 4; }  // 64 registers either way
+constexpr int kWideCols = 8192;
+constexpr int warps_of(bool res, bool float_w, int cols) {
+  return res ? (float_w ? 32 : 16) : !float_w && cols >= kWideCols ? 16 : 8;
+}
+constexpr int min_blocks(bool res, int warps) { return res ? 1 : 32 / warps; }  // 64 registers either way
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
 constexpr int kResRows = 32;       // rows of a block with the residual epilogue (residual_epilogue's 32 lanes)
 
@@ -60,9 +68,9 @@ size_t smem_bytes(int warps, GgmlType t, int cols) {
 // resident (the grid is what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W):
 // contiguous bytes, balanced to a row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
-template <GgmlType T, bool RES, bool PAIRS>
-__global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)) gemv_staged_kernel(GemvArgs a) {
-  constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps, S = kStages;
+template <GgmlType T, bool RES, bool PAIRS, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_staged_kernel(GemvArgs a) {
+  constexpr int kThreads = 32 * kWarps, S = kStages;
   using F = Slot<T>;
   using L = SmemLayout<kWarps, S>;
   constexpr int kUnitSlots = F::kUnitSlots, kPerLane = kUnitSlots / 32, kChunks = F::kValues * (kFloat<T> ? 4 : 1) / 16;
@@ -171,11 +179,11 @@ __global__ void __launch_bounds__(32 * warps_of(RES, kFloat<T>), min_blocks(RES)
   }
 }
 
-template <GgmlType T, bool RES, bool PAIRS = false>
+template <GgmlType T, bool RES, bool PAIRS = false, int kWarps = warps_of(RES, kFloat<T>, 0)>
 cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
-  constexpr int kWarps = warps_of(RES, kFloat<T>), kThreads = 32 * kWarps;
+  constexpr int kThreads = 32 * kWarps;
   const size_t smem = smem_bytes(kWarps, T, a.cols);
-  auto* k = gemv_staged_kernel<T, RES, PAIRS>;
+  auto* k = gemv_staged_kernel<T, RES, PAIRS, kWarps>;
   // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
   // graph): the attribute allowing the largest size so far, and the blocks of the resident grid.
   static std::mutex mu;
@@ -220,6 +228,9 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   if constexpr (kFloat<T>) {
     if (a.silu_pairs) return launch_kernel<T, false, true>(a, st);
   }
+  if constexpr (!kFloat<T>) {
+    if (warps_of(false, false, a.cols) == 16) return launch_kernel<T, false, false, 16>(a, st);
+  }
   return launch_kernel<T, false>(a, st);
 }
 
@@ -241,7 +252,7 @@ bool staged_gemv_fits(const GemvArgs& a) {
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && float_type(a.type))
     return false;  // float x is staged by 16-byte loads
   if (a.res && a.rows % kResRows != 0) return false;
-  return smem_bytes(warps_of(a.res, float_type(a.type)), a.type, a.cols) <= 227 * 1024;
+  return smem_bytes(warps_of(a.res, float_type(a.type), a.cols), a.type, a.cols) <= 227 * 1024;
 }
 
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t st) {
