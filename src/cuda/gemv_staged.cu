@@ -25,18 +25,18 @@ namespace kvtax::cuda::detail {
 
 namespace {
 
-// Copies in flight per warp, and warps per block: a block of 32 rows with the residual epilogue (the decode step's
-// wo and down: one block per SM) takes 32 warps of one row each for float weights, 16 warps of two rows for
-// quantized ones, else 8 warps, 4 blocks per SM (wide quantized rows: 16, below). The kernel is bound by instruction
-// latency as much as by memory (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per scheduler), so
-// warps count more than stages: 2 stages with 8 warps per scheduler beat 4 stages with 4. 16-warp residual blocks, whose smaller shared memory lets
-// the next kernel's blocks in beside them, made the Q4_K step 0.01-0.035 ms faster and the BF16 one 0.12-0.14 ms
-// slower (H200, session 16, A/B in one call).
+// Copies in flight per warp, and warps per block: a block of 32 rows with the residual epilogue (the decode step's wo
+// and down: one block per SM) takes 32 warps of one row each for float weights, 16 warps of two rows for quantized
+// ones, else 8 warps, 4 blocks per SM (wide quantized rows: 16, below). The kernel is bound by instruction latency as
+// much as by memory (ncu, session 12: 11.6 cycles per issued instruction at 4 warps per scheduler), so warps count more
+// than stages: 2 stages with 8 warps per scheduler beat 4 stages with 4. 16-warp residual blocks, whose smaller shared
+// memory lets the next kernel's blocks in beside them, made the Q4_K step 0.01-0.035 ms faster and the BF16 one
+// 0.12-0.14 ms slower (H200, session 16, A/B in one call).
 // Quantized rows of 8192 columns or more take blocks of 16 warps, 2 per SM: each block stages x (~1.25 bytes a
 // column) before its first product, and at 14336 columns four blocks per SM read 72 KB of x per 250 KB of weights.
-// 4096x14336, x ready: Q4_K 74.8-75.4% -> 80.0-80.2% of copy, Q4_0 79.2-79.9 -> 81.5-81.8, Q8_0 86.2 -> 89.1; blocks
-// of 32 warps (128 blocks, one per SM) 74.0-74.5 / 74.9-75.0 / 89.3-89.7; at 4096 columns 16 warps lose 1-3 points
-// (H200, session 24, rounds alternated in one call).
+// 4096x14336, x ready, rounds alternated in one call: Q4_K 74.8-75.4% -> 80.0-80.2% of copy (79.1-80.5 over four
+// calls), Q4_0 79.2-79.9 -> 81.5-81.8, Q8_0 86.2 -> 89.1; blocks of 32 warps (128 blocks, one per SM) 74.0-74.5 /
+// 74.9-75.0 / 89.3-89.7; at 4096 columns 16 warps lose 1-3 points (H200, session 24).
 constexpr int kStages = 2;
 constexpr int kWideCols = 8192;
 constexpr int warps_of(bool res, bool float_w, int cols) {
