@@ -1,10 +1,16 @@
 #pragma once
-// Sums and prefix sums over a warp or a block, in thread order, the result in every thread (the block forms end with a
-// barrier). Exclusive prefixes come from shifting the inclusive scan, not from subtracting each value from it: a large
+// Maxima, sums and prefix sums over a warp or a block, in thread order, the result in every thread (the block forms end
+// with a barrier). Exclusive prefixes come from shifting the inclusive scan, not from subtracting each value from it: a large
 // value absorbs the small ones before it in "inclusive - v" (the device draw picked the wrong range that way).
 #include <cuda_runtime.h>
 
 namespace kvtax::cuda::detail {
+
+__device__ __forceinline__ float warp_max(float v) {
+#pragma unroll
+  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  return v;
+}
 
 template <class T>
 __device__ __forceinline__ T warp_inclusive_sum(T v) {

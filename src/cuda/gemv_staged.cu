@@ -149,7 +149,7 @@ __global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_sta
         else if (c < chunks) reinterpret_cast<int4*>(xd_s)[c - x_chunks] = v[k];
       }
     }
-  } else {
+  } else {  // 8-warp blocks (batched, 14336x4096 Q4_K lost a point: session 18) and float x
     for (int c = threadIdx.x; c < a.cols * (kFloat<T> ? 4 : 1) / 16; c += kThreads)
       x_s[(c % kChunks) * slots_row + c / kChunks] = __ldg(x_g + c);
     if constexpr (!kFloat<T>) {

@@ -5,6 +5,7 @@
 #include <cuda_runtime.h>
 
 #include "cuda/attention_launch.h"
+#include "cuda/block_scan.cuh"
 #include "cuda/kv_encode_launch.h"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
@@ -18,11 +19,6 @@ namespace {
 
 using kv::CodecId;
 constexpr int kWarps = 4, kMaxD = 256, kMaxRow = kMaxD * 4 + 16;
-
-__device__ __forceinline__ float warp_max(float v) {
-  for (int o = 16; o > 0; o >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, o));
-  return v;
-}
 
 // The 32 lanes' sums added as tq.cpp's warp_order_sum does: a butterfly, each pair's sum the same on both lanes.
 __device__ __forceinline__ double warp_sum_ordered(double v) {

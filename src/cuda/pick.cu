@@ -47,8 +47,7 @@ __device__ __forceinline__ void block_best(float& v, int& i) {
 // The block's largest v, in every thread (ends with a barrier).
 __device__ __forceinline__ float block_max(float v) {
   __shared__ float part[kThreads / 32];
-#pragma unroll
-  for (int off = 16; off > 0; off >>= 1) v = fmaxf(v, __shfl_xor_sync(0xffffffffu, v, off));
+  v = detail::warp_max(v);
   if (threadIdx.x % 32 == 0) part[threadIdx.x / 32] = v;
   __syncthreads();
   v = part[0];
@@ -126,8 +125,7 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
     double w[2];
     float mx = -INFINITY;
     for (int k = 0; k < 2; ++k) m[k] = __ldcg(&s->value[2 * lane + k]), mx = fmaxf(mx, m[k]);
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) mx = fmaxf(mx, __shfl_xor_sync(0xffffffffu, mx, off));
+    mx = detail::warp_max(mx);
     for (int k = 0; k < 2; ++k)
       w[k] = m[k] > -INFINITY ? __ldcg(&s->sum[2 * lane + k]) * exp(double(m[k]) - double(mx)) : 0.0;
     double inc;
