@@ -2,7 +2,9 @@
 // from `kvtax make-model`), every codec, the KV filled to each depth with random vectors encoded on the
 // device, then `--steps` single-token evals timed with the host clock (each ends with the logits on the
 // host, as in generation). Roofline: the bytes one step must read (every weight matrix once, one
-// embedding row, the KV at that depth) over the measured device-to-device copy bandwidth. With --parts, each
+// embedding row, the KV at that depth) over the measured device-to-device copy bandwidth. Beside each step, "graph
+// b2b": the step's graph launched --steps times back to back, the host out of the loop (its share is the difference:
+// ~0.03 ms on the H200, docs/perf.md "Session 25"). With --parts, each
 // row is followed by where the step's time goes (step_parts below); with --trace, by a timeline of `--steps`
 // more steps in place (kernel_trace.h: what each kind of kernel adds to the step), every kernel appended to a CSV.
 #include <CLI/CLI.hpp>
@@ -246,17 +248,26 @@ int run(int argc, char** argv) {
       }
       std::sort(ms.begin(), ms.end());
       const double med = ms[ms.size() / 2];
+      double b2b = 0;  // ms per step with the step's graph launched back to back (no host between steps)
+      if (cd->has_graph()) {
+        cd->replay_graph(2);
+        const auto a = std::chrono::steady_clock::now();
+        cd->replay_graph(steps);
+        b2b = std::chrono::duration<double, std::milli>(std::chrono::steady_clock::now() - a).count() / steps;
+      }
       const double kv_bytes = double(depth + warm + steps / 2) * double(dec->kv_bytes_per_token());
       const double floor_ms = (weight_read + kv_bytes) / (copy_gbs * 1e9) * 1e3;
-      std::printf("%-7s %-5s %7d %10.0f %9.3f %10.3f %8.1f%% %8.1f\n", label.c_str(), codec.c_str(), depth,
+      std::printf("%-7s %-5s %7d %10.0f %9.3f %10.3f %8.1f%% %8.1f", label.c_str(), codec.c_str(), depth,
                   kv_bytes / 1e6, med, floor_ms, 100.0 * floor_ms / med, 1e3 / med);
+      if (b2b > 0) std::printf("  graph b2b %.3f ms (%.1f%%)", b2b, 100.0 * floor_ms / b2b);
+      std::printf("\n");
       std::fflush(stdout);
       if (jf)
         jf << fmt::format(R"({{"bench":"decode_step","weights":"{}","kv":"{}","depth":{},"ms_per_token":{:.4f},)"
                           R"("floor_ms":{:.4f},"pct_roofline":{:.2f},"weight_bytes":{:.0f},"kv_bytes":{:.0f},)"
-                          R"("copy_gbs":{:.0f},"steps":{},"min_ms":{:.4f},"max_ms":{:.4f}}})",
+                          R"("copy_gbs":{:.0f},"steps":{},"min_ms":{:.4f},"max_ms":{:.4f},"graph_b2b_ms":{:.4f}}})",
                           label, codec, depth, med, floor_ms, 100.0 * floor_ms / med, weight_read, kv_bytes,
-                          copy_gbs, steps, ms.front(), ms.back())
+                          copy_gbs, steps, ms.front(), ms.back(), b2b)
            << "\n";
       if (parts) {
         const std::vector<StepPart> p = step_parts(backend, *cd, depth);

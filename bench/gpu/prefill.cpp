@@ -8,7 +8,8 @@
 // the H200 SXM datasheet's 989.4 TFLOP/s (dense bf16, no sparsity): no kernel runs faster than that. The
 // table also gives the floor at the rate cuBLAS reaches here on an 8192^3 bf16 product of random data.
 // The attention alone is timed as well: layer 0's pages filled with random rows, then the prompt's chunks
-// through prefill_attention as the prefill issues them, times the layers.
+// through prefill_attention as the prefill issues them, times the layers. With --trace, one more prefill per codec
+// is traced in place (CUPTI, kernel_trace.h): what each kind of kernel adds to it, the rest of TTFT included.
 #include <CLI/CLI.hpp>
 #include <cublas_v2.h>
 #include <fmt/format.h>
@@ -17,7 +18,12 @@
 #include <chrono>
 #include <cstdio>
 #include <fstream>
+#include <stdexcept>
 #include <utility>
+
+#ifdef KVTAX_HAVE_CUPTI
+#include "kernel_trace.h"
+#endif
 #include <vector>
 
 #include "cuda/device_decoder.h"
@@ -140,6 +146,7 @@ int run(int argc, char** argv) {
   CLI::App app{"Prefill TTFT on the CUDA device vs the FLOP floor"};
   std::string model_path, codecs = "f32,f16,bf16,fp8,q8,q4,q4r,tq4,tq3", json, label;
   int length = 32768, reps = 1, chunk = 0;
+  bool trace = false;
   app.add_option("-m,--model", model_path, "GGUF model")->required()->check(CLI::ExistingFile);
   app.add_option("--codecs", codecs, "KV codecs");
   app.add_option("--length", length, "prompt tokens")->check(CLI::Range(2, 1 << 20));
@@ -148,7 +155,11 @@ int run(int argc, char** argv) {
   app.add_option("--json", json, "append one JSON line per row to this file");
   app.add_option("--chunk", chunk, "prompt rows per prefill chunk (default: the decoder's)")
       ->check(CLI::Range(1, cuda::CudaDecoder::kMaxBatch));
+  app.add_flag("--trace", trace, "after each codec's row, trace one more prefill (CUPTI): time added per kernel kind");
   CLI11_PARSE(app, argc, argv);
+#ifndef KVTAX_HAVE_CUPTI
+  if (trace) throw std::runtime_error("--trace: this build has no CUPTI headers");
+#endif
 
   auto model = Model::load(model_path);
   const ModelConfig& c = model->config();
@@ -214,6 +225,14 @@ int run(int argc, char** argv) {
     std::printf("%-7s %-5s %7d %9.3f %9.0f %8.2f %9.2f %10.3f %9.0f\n", label.c_str(), codec.c_str(), length, ttft,
                 L / ttft, ttft / floor_s, floor_meas > 0 ? ttft / floor_meas : 0.0, attn_s, attn_flop / attn_s / 1e12);
     std::fflush(stdout);
+#ifdef KVTAX_HAVE_CUPTI
+    if (trace) {
+      gpu_bench::KernelTrace tr;
+      prefill(length);
+      std::printf("%s", gpu_bench::trace_summary(tr.take(), 1).c_str());
+      std::fflush(stdout);
+    }
+#endif
     if (jf)
       jf << fmt::format(R"({{"bench":"prefill","weights":"{}","kv":"{}","prompt":{},"ttft_s":{:.4f},)"
                         R"("floor_s":{:.4f},"x_floor":{:.3f},"cublas_tflops":{:.1f},"attn_s":{:.4f},)"

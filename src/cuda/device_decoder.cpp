@@ -269,6 +269,12 @@ void CudaDecoder::run_graph() {
   }
 }
 
+void CudaDecoder::replay_graph(int n) {
+  if (!graph_exec_) fail("--device cuda: no decode step graph to replay (run one single-token eval first)");
+  for (int i = 0; i < n; ++i) check(cudaGraphLaunch(graph_exec_, stream_), "graph launch");
+  check(cudaStreamSynchronize(stream_), "graph replay");
+}
+
 void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   const ModelConfig& c = b_.model().config();
   const int d = int(c.d_model), hd = int(c.head_dim), nh = int(c.n_heads), nkv = int(c.n_kv_heads);

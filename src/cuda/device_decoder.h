@@ -65,6 +65,10 @@ class CudaDecoder : public DeviceDecoder {
   // Single-token evals replay one captured CUDA graph of the whole step (default; KVTAX_CUDA_GRAPH=0 turns
   // it off) instead of launching its ~15-20 kernels per layer one by one.
   void use_graph(bool on) { use_graph_ = on; }
+  // Benchmarks: the last step's graph launched n times back to back, then a wait (the step's device time without the
+  // host between steps; each launch recomputes the same token at the same position).
+  void replay_graph(int n);
+  bool has_graph() const { return graph_exec_ != nullptr; }
   // Batched prefill (default where the attention kernel takes the head_dim; KVTAX_CUDA_PREFILL=0 turns it
   // off) or every token through the decode step; rows per chunk (1..kMaxBatch).
   void use_batched_prefill(bool on) { batched_ = on; }
