@@ -20,10 +20,6 @@
 #include <fstream>
 #include <stdexcept>
 #include <utility>
-
-#ifdef KVTAX_HAVE_CUPTI
-#include "kernel_trace.h"
-#endif
 #include <vector>
 
 #include "cuda/device_decoder.h"
@@ -32,6 +28,7 @@
 #include "cuda/prefill_attention.h"
 #include "cuda/runtime.h"
 #include "gpu_bench_util.h"
+#include "kernel_trace.h"
 #include "model/model.h"
 
 namespace kvtax {
