@@ -155,7 +155,7 @@ int run(int argc, char** argv) {
   app.add_flag("--trace", trace, "after each codec's row, trace one more prefill (CUPTI): time added per kernel kind");
   CLI11_PARSE(app, argc, argv);
 #ifndef KVTAX_HAVE_CUPTI
-  if (trace) throw std::runtime_error("--trace: this build has no CUPTI headers");
+  if (trace) throw std::runtime_error("--trace: this build found no CUPTI headers");
 #endif
 
   auto model = Model::load(model_path);
