@@ -10,6 +10,7 @@
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
 #include "cuda/paged_kv_args.h"
+#include "kv/codecs/codec.h"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda {
@@ -155,7 +156,7 @@ int decode_splits(const KvView& kv, int n_heads) {
 }
 
 void decode_attention(const KvView& kv, const float* q, int n_heads, float* out, void* scratch,
-                      cudaStream_t stream, void* out_codes) {
+                      cudaStream_t stream, void* out_codes, bool q_rotated) {
   check_heads(kv, n_heads);
   if (!kv.len_dev && kv.len <= 0) fail("CUDA attention: the device KV holds no tokens");
   if (!kv.len_dev && kv.len > kv.max_len)
@@ -174,6 +175,7 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   }
   a.part = static_cast<float*>(scratch);
   a.signs = codec_tables().signs.as<float>();
+  a.q_rotated = q_rotated && kv::codec(kv.codec).rotated;
   if (out_codes) a.codes = detail::gemv_quant_x(out_codes, int64_t(n_heads) * kv.head_dim);
   check(detail::launch_decode(a, stream), "decode attention launch");
 }

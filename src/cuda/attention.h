@@ -78,15 +78,16 @@ int decode_splits(const KvView& kv, int n_heads);
 // q: device [n_heads][head_dim] f32 for the position after the last stored token (after RoPE);
 // out: device [n_heads][head_dim]. Scale 1/sqrt(head_dim); attends to all kv.len tokens. out_codes: a GEMV
 // scratch (gemv.h) into which out's int8 codes go too, so that a quantized GEMV of out takes them
-// (GemvFusion::x_in_scratch) instead of a pass of its own.
+// (GemvFusion::x_in_scratch) instead of a pass of its own. q_rotated: for a rotated codec, q has been rotated as K
+// is (encode_kv_rope's rotate_q), and the kernel does not rotate it again.
 void decode_attention(const KvView& kv, const float* q, int n_heads, float* out, void* scratch,
-                      cudaStream_t stream = nullptr, void* out_codes = nullptr);
+                      cudaStream_t stream = nullptr, void* out_codes = nullptr, bool q_rotated = false);
 
 inline size_t decode_scratch_bytes(const DeviceKv& kv, int n_heads) { return decode_scratch_bytes(kv.view(), n_heads); }
 inline int decode_splits(const DeviceKv& kv, int n_heads) { return decode_splits(kv.view(), n_heads); }
 inline void decode_attention(const DeviceKv& kv, const float* q, int n_heads, float* out, void* scratch,
-                             cudaStream_t stream = nullptr, void* out_codes = nullptr) {
-  decode_attention(kv.view(), q, n_heads, out, scratch, stream, out_codes);
+                             cudaStream_t stream = nullptr, void* out_codes = nullptr, bool q_rotated = false) {
+  decode_attention(kv.view(), q, n_heads, out, scratch, stream, out_codes, q_rotated);
 }
 
 }  // namespace kvtax::cuda

@@ -15,8 +15,9 @@ constexpr int kMaxGroupRows = 8;  // query heads of one GQA group handled by one
 constexpr int kMmaGroupRows = 16;  // ... of the tensor-core kernel (the M rows of mma.sync m16n8k16)
 constexpr int kChunkAlign = 16;    // context chunks start at multiples of this (the tensor-core kernel's tile)
 // The decode merge stages up to merge_batch chunks' partials (head_dim + 2 floats each) per memory round trip; its
-// block's shared memory, which the split kernel's rings leave room for where they can (attention_mma.cu).
-constexpr int merge_batch(int d) { return d >= 256 ? 32 : 64; }
+// block's shared memory, which the split kernel's rings leave room for where they can (attention_mma.cu). 72 below
+// head_dim 256: q4 and q4r split 8 KV heads into 66 chunks on 132 SMs (4 blocks per SM), one round trip.
+constexpr int merge_batch(int d) { return d >= 256 ? 32 : 72; }
 constexpr int merge_smem_bytes(int d) { return merge_batch(d) * (d + 2) * 4 + d * 4; }
 // Its staged rows (dynamic shared memory) for n chunks.
 constexpr int merge_stage_bytes(int d, int n) {
@@ -49,6 +50,7 @@ struct DecodeArgs : PagedKvArgs {
   float* part;  // [n_heads][n_splits][head_dim + 2]
   const float* signs;  // device rotation signs (rotated codecs; tensor-core kernel)
   QuantX codes;        // set: the merge also writes out's int8 codes for the quantized GEMV that reads out
+  bool q_rotated;      // rotated codecs: q is rotated already (encode_kv_rope's rotate_q)
 };
 
 // cudaErrorInvalidValue for a codec / head_dim without a kernel.

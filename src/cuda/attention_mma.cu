@@ -97,11 +97,16 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   // The A fragments (f16) of the group's q rows, scaled by log2 e / sqrt(D) (and rotated). Rotated codecs stage the
   // rows in shared memory first, a warp per row in registers; the others read their fragments from global memory,
   // issued before the first tiles' copies so that both round trips overlap (packed after the copies are issued).
+  // q rotated by the KV encode (DecodeArgs::q_rotated) is read as the other codecs read theirs.
   const float qscale = rsqrtf(float(D)) * kLog2e;
   uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
-  float2 qraw[D / 16][4];  // non-rotated codecs: this lane's q values, loaded ahead of the copies
+  float2 qraw[D / 16][4];  // q read from global memory: this lane's q values, loaded ahead of the copies
+  const bool rotate_q = is_rotated(C) && !a.q_rotated;
   if constexpr (is_rotated(C)) {
+    if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;  // visible after the barriers below
+  }
+  if (rotate_q) {
     // Row r in warp (r % kWarps)'s part of the block, beyond the stages the first copies fill: its last stage, or
     // its decoded tile where it has one.
     constexpr int kQAt = G::kDecoded ? G::kStages * G::kRaw : (G::kStages - 1) * G::kRaw;
@@ -119,7 +124,6 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
 #pragma unroll
       for (int k = 0; k < kPer; ++k) q_row(r)[kPer * lane + k] = v[k];
     }
-    if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
@@ -152,11 +156,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
         qraw[ks][3] = load(g + 8, d0 + hi);
       }
     }
+    if constexpr (is_rotated(C)) __syncthreads();  // lv
   }
 
   if (!early) start_copies();
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
-  if constexpr (!is_rotated(C)) {
+  if (!rotate_q) {
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll

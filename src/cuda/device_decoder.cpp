@@ -360,11 +360,14 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       check(ops::rmsnorm(q, w.q_norm.as<float>(), q, nh, hd, eps, s), "q norm");
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, nkv, hd, eps, s), "k norm");
     }
-    encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos);  // RoPE on q and k, k and v into the cache
+    // RoPE on q and k, k and v into the cache; q also rotated there for a rotated codec, which saves the attention's
+    // blocks a pass of their own over it before their first tile.
+    const bool q_rot = q_rotation_fuses(codec_, hd);
+    encode_kv_rope(target(l), q, nh, k, v, 1, 0, b_.rope(), s, pos, q_rot);
     // A quantized wo takes att's int8 codes from the attention's merge, not from a pass of its own.
     const bool wo_codes = gemv_quantizes_x(w.wo->type());
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s,
-                     wo_codes ? gs : nullptr);
+                     wo_codes ? gs : nullptr, q_rot);
     end_block(*w.wo, att, GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w), fused_norm_);
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.

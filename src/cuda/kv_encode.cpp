@@ -58,8 +58,11 @@ void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, i
 }
 
 void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, const float* v, int n_tok, int pos0,
-                    const ops::RopeParams& rope, cudaStream_t s, const int* pos_dev) {
+                    const ops::RopeParams& rope, cudaStream_t s, const int* pos_dev, bool rotate_q) {
   if (!q || n_q < 1 || !v) fail("CUDA KV encode: RoPE fused in needs q ({} heads), k and v", n_q);
+  if (rotate_q && !q_rotation_fuses(dst.codec, dst.head_dim))
+    fail("CUDA KV encode: q is rotated only for rotated codecs at head_dim 64, 128 or 256 (codec {}, head_dim {})",
+         kv::codec(dst.codec).name, dst.head_dim);
   if (rope.dim < 2 || rope.dim > dst.head_dim || rope.dim % 2 != 0)
     fail("CUDA KV encode: rotary dims {} outside 2..{} (even)", rope.dim, dst.head_dim);
   detail::EncodeArgs a = paged_args(dst, k, v, n_tok, pos0, pos_dev);
@@ -67,6 +70,7 @@ void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, cons
   a.q = q;
   a.n_q = n_q;
   a.rp = rope;
+  a.rotate_q = rotate_q;
   check(detail::launch_encode(a, s), "KV encode launch");
 }
 

@@ -246,6 +246,12 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
 #pragma unroll
     for (int j = 0; j < kPairs; ++j)
       if (lane + 32 * j < a.rp.dim / 2) rope_rotate(qv, lane + 32 * j, cs[j], a.rp);
+    if constexpr (D > 0) {
+      if (a.rotate_q) {
+        __syncwarp();  // the row's rotary pairs are written
+        rotate_row<D>(qv, a.t.signs, lane);
+      }
+    }
     return;
   }
   const float* src = (is_v ? a.v : a.k) + (size_t(t) * a.n_kv + h) * a.d;
@@ -267,6 +273,8 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
 cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s) {
   if (a.d > kMaxD || a.d % 32 != 0 || a.row_bytes > kMaxRow || a.row_bytes % 4 != 0) return cudaErrorInvalidValue;
   if (a.rope && (a.rp.dim < 2 || a.rp.dim > a.d || !a.q || a.n_q < 1 || !a.v)) return cudaErrorInvalidValue;
+  if (a.rotate_q && (!a.rope || !(a.codec == CodecId::q4r || a.codec == CodecId::tq4 || a.codec == CodecId::tq3) || (a.d != 64 && a.d != 128 && a.d != 256)))
+    return cudaErrorInvalidValue;
   const int n_rows = a.n_tok * (a.n_kv * (a.v ? 2 : 1) + (a.rope ? a.n_q : 0));
   if (n_rows == 0) return cudaSuccess;
   auto go = [&]<CodecId C, int D>() {

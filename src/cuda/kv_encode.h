@@ -30,9 +30,16 @@ void encode_kv(const KvTarget& dst, const float* k, const float* v, int n_tok, i
 
 // The same with RoPE fused in (one launch instead of two in the decode step): k is rotated by `rope` as it is
 // encoded (k itself is left as it was), and q ([n_tok][n_q][head_dim]) is rotated in place, both at the tokens'
-// positions, exactly as ops::rope_qk then encode_kv would.
+// positions, exactly as ops::rope_qk then encode_kv would. rotate_q (rotated codecs, head_dim 64, 128 or 256): q is
+// then also rotated as K is, for decode_attention(..., q_rotated = true).
 void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, const float* v, int n_tok, int pos0,
-                    const ops::RopeParams& rope, cudaStream_t s = nullptr, const int* pos_dev = nullptr);
+                    const ops::RopeParams& rope, cudaStream_t s = nullptr, const int* pos_dev = nullptr,
+                    bool rotate_q = false);
+
+// Whether encode_kv_rope can rotate q for this codec and head width.
+inline bool q_rotation_fuses(kv::CodecId codec, int head_dim) {
+  return kv::codec(codec).rotated && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+}
 
 // Encodes n rows of d values (device, [n][d], not rotated) into contiguous rows (device, [n][row_bytes]):
 // the same kernel as encode_kv, for tests against the CPU encoders and for filling a KV to a depth.

@@ -36,6 +36,8 @@ struct EncodeArgs {
   float* q = nullptr;
   int n_q = 0;
   ops::RopeParams rp;
+  // Rotated codecs: q is also rotated as K is (after RoPE), so the attention reads it as it is (DecodeArgs::q_rotated).
+  bool rotate_q = false;
 };
 
 cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s);

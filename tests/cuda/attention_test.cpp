@@ -13,6 +13,7 @@
 #include "cuda/attention.h"
 #include "cuda_test_util.h"
 #include "kv/cache.h"
+#include "kv/rotation.h"
 #include "kv_test_util.h"
 
 namespace kvtax {
@@ -36,8 +37,9 @@ struct Result {
   std::vector<double> input;   // exact attention over the unquantized inputs
 };
 
-// K with outlier channels (as real K has) or plain Gaussian.
-Result run(kv::CodecId c, const Shape& s, uint64_t seed, bool k_outliers = true) {
+// K with outlier channels (as real K has) or plain Gaussian. q_rotated (rotated codecs): the kernel gets q rotated
+// on the host, as the KV encode rotates it in the decode step, and is told so.
+Result run(kv::CodecId c, const Shape& s, uint64_t seed, bool k_outliers = true, bool q_rotated = false) {
   KvCache cache({1, s.n_kv, s.d}, parse_kv_spec(kv::codec(c).name), size_t(s.len));
   const auto k = k_outliers ? outliers(size_t(s.len) * s.n_kv, s.d, seed)
                             : gaussian(size_t(s.len) * s.n_kv * s.d, seed);
@@ -60,10 +62,13 @@ Result run(kv::CodecId c, const Shape& s, uint64_t seed, bool k_outliers = true)
   dkv.fill(0xff);  // rows past the context hold NaN codes: a kernel that lets one into the output fails
   dkv.copy_from(cache, 0);
   cuda::Buffer qd(q.size() * 4), out(q.size() * 4), scratch(cuda::decode_scratch_bytes(dkv, s.n_heads));
-  qd.upload(q.data(), q.size() * 4);
+  std::vector<float> qr = q;
+  if (q_rotated)
+    for (int h = 0; h < s.n_heads; ++h) kv::rotate(qr.data() + size_t(h) * s.d, s.d, qr.data() + size_t(h) * s.d);
+  qd.upload(qr.data(), qr.size() * 4);
   out.fill(0xff);  // NaN: any output the kernels do not write fails the finiteness check
   scratch.fill(0xff);
-  cuda::decode_attention(dkv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get());
+  cuda::decode_attention(dkv, qd.as<float>(), s.n_heads, out.as<float>(), scratch.get(), nullptr, nullptr, q_rotated);
   cuda::check(cudaDeviceSynchronize(), "attention test");
   Result r;
   r.gpu.resize(q.size());
@@ -106,6 +111,21 @@ TEST(CudaAttention, EveryCodecMatchesStoredRows) {
     }
     std::printf("[cuda-attention] %-4s worst rel-L2 vs float64 over the stored rows %.2e\n", kv::codec(c).name, worst);
   }
+}
+
+// q rotated before the kernel (the decode step's KV encode does it) gives the attention over the stored rows, in the
+// GQA form (groups up to 8 heads) and the rows form, for every rotated codec.
+TEST(CudaAttention, PreRotatedQueryMatchesStoredRows) {
+  REQUIRE_GPU();
+  const Shape shapes[] = {{8, 32, 128, 4111}, {2, 14, 64, 1000}, {1, 16, 256, 513}, {1, 20, 128, 257}};
+  uint64_t seed = 3000;
+  for (auto c : {kv::CodecId::q4r, kv::CodecId::tq4, kv::CodecId::tq3})
+    for (const Shape& s : shapes) {
+      const Result r = run(c, s, seed++, true, true);
+      ASSERT_TRUE(all_finite(r.gpu)) << kv::codec(c).name << " len " << s.len << ": unwritten or NaN output";
+      EXPECT_LE(rel_l2(r.gpu, r.stored), kernel_bound(c))
+          << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d << " len " << s.len;
+    }
 }
 
 // The page table is honoured: the same rows with their pages stored in reverse order give the same output

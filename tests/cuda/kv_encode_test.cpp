@@ -7,6 +7,7 @@
 #include <cstring>
 #include <vector>
 
+#include "core/error.h"
 #include "cuda/kv_encode.h"
 #include "cuda/ops.h"
 #include "cuda_test_util.h"
@@ -112,6 +113,53 @@ TEST(CudaKvEncode, FusedRopeMatchesRopeThenEncode) {
       EXPECT_FALSE(std::all_of(row, row + std::ptrdiff_t(rb), [](uint8_t b) { return b == 0x5a; }))
           << kv::codec(c).name;
     }
+}
+
+// rotate_q: q leaves the fused kernel roped and then rotated as the rotated codecs rotate K (the CPU's rotation of the
+// roped q, to rounding: the device takes the CPU's butterfly order); codecs that are not rotated refuse it.
+TEST(CudaKvEncode, FusedQRotationIsTheCpuRotation) {
+  REQUIRE_GPU();
+  const int nq = 8, nkv = 2;
+  uint64_t seed = 900;
+  for (int d : {64, 128, 256})
+    for (kv::CodecId c : {kv::CodecId::q4r, kv::CodecId::tq4, kv::CodecId::tq3}) {
+      cuda::ops::RopeParams rp;
+      rp.dim = d;
+      rp.theta_scale = std::pow(500000.0f, -2.0f / float(d));
+      const auto q = kvtax::testing::gaussian(size_t(nq) * d, seed++, 1.0f);
+      const auto kv = kvtax::testing::gaussian(size_t(2 * nkv) * d, seed++, 1.0f);
+      const int pos = 37;
+      const size_t page = cuda::kv_page_bytes(c, nkv, d), rb = kv::codec(c).row_bytes(d);
+      std::vector<int32_t> table = {0};
+      cuda::Buffer tab(4), posd(4), kd(size_t(nkv) * d * 4), vd(size_t(nkv) * d * 4), pool(page);
+      tab.upload(table.data(), 4);
+      posd.upload(&pos, 4);
+      kd.upload(kv.data(), size_t(nkv) * d * 4);
+      vd.upload(kv.data() + size_t(nkv) * d, size_t(nkv) * d * 4);
+      const cuda::KvTarget t{c, nkv, d, rb, page, pool.as<uint8_t>(), tab.as<int32_t>()};
+      std::vector<float> qgot[2];
+      for (int rot = 0; rot < 2; ++rot) {
+        cuda::Buffer qd(q.size() * 4);
+        qd.upload(q.data(), q.size() * 4);
+        cuda::encode_kv_rope(t, qd.as<float>(), nq, kd.as<float>(), vd.as<float>(), 1, 0, rp, nullptr,
+                             posd.as<int>(), rot == 1);
+        cuda::check(cudaDeviceSynchronize(), "fused q rotation test");
+        qgot[rot].resize(q.size());
+        qd.download(qgot[rot].data(), q.size() * 4);
+      }
+      std::vector<float> want = qgot[0];
+      for (int h = 0; h < nq; ++h) kv::rotate(want.data() + size_t(h) * d, d, want.data() + size_t(h) * d);
+      EXPECT_LE(kvtax::testing::rel_l2(qgot[1], want), 1e-6) << kv::codec(c).name << " d " << d;
+      EXPECT_GT(kvtax::testing::rel_l2(qgot[1], qgot[0]), 0.1) << kv::codec(c).name << " d " << d << ": not rotated";
+    }
+  cuda::Buffer q(128 * 4), k(128 * 4), v(128 * 4), tab(4), pool(cuda::kv_page_bytes(kv::CodecId::f16, 1, 128));
+  const cuda::KvTarget t{kv::CodecId::f16, 1, 128, kv::codec(kv::CodecId::f16).row_bytes(128),
+                         cuda::kv_page_bytes(kv::CodecId::f16, 1, 128), pool.as<uint8_t>(), tab.as<int32_t>()};
+  cuda::ops::RopeParams rp;
+  rp.dim = 128;
+  EXPECT_THROW(cuda::encode_kv_rope(t, q.as<float>(), 1, k.as<float>(), v.as<float>(), 1, 0, rp, nullptr, nullptr,
+                                    true),
+               Error);
 }
 
 }  // namespace
