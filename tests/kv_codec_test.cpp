@@ -9,6 +9,7 @@
 #include "core/error.h"
 #include "kv/codecs/codec.h"
 #include "kv/codecs/formats.h"
+#include "kv/codecs/layout.h"
 #include "kv/rotation.h"
 #include "kv_test_util.h"
 
@@ -100,6 +101,10 @@ TEST(KvCodec, BitsPerValue) {
   EXPECT_DOUBLE_EQ(bits_per_value(*find_codec("fp8"), 128), 8.25);
   EXPECT_DOUBLE_EQ(bits_per_value(*find_codec("f16"), 128), 16);
   EXPECT_EQ(find_codec("q5"), nullptr);
+}
+
+TEST(KvCodec, LayoutKnowsTheRotatedCodecs) {  // the kernels' compile-time copy of CodecInfo::rotated
+  for (int c = 0; c < kNumCodecs; ++c) EXPECT_EQ(layout::rotated(CodecId(c)), codec(CodecId(c)).rotated) << c;
 }
 
 TEST(KvCodec, HeadDimChecks) {

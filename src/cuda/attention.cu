@@ -24,7 +24,6 @@ namespace layout = kv::layout;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-constexpr bool is_rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
 
 // grid (n_splits, n_kv_heads, row groups); scores are kept in base 2 (q is pre-scaled by log2 e).
 template <CodecId C, int D, int NREP>
@@ -252,7 +251,7 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   // (call 9, every kernel at the largest carveout: f16 7.9 -> 8.4 us, q4r 10.9 -> 11.4).
   constexpr bool kSized = C == CodecId::fp8 || C == CodecId::q8;
   const int stage_bytes = merge_stage_bytes(D, kSized ? a.n_splits : merge_batch(D));
-  return launch_pdl_smem(merge_kernel<D, is_rotated(C)>, a.n_kv_heads * a.n_rep, D, stage_bytes, st, a);
+  return launch_pdl_smem(merge_kernel<D, kv::layout::rotated(C)>, a.n_kv_heads * a.n_rep, D, stage_bytes, st, a);
 }
 
 }  // namespace

@@ -102,8 +102,8 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // q read from global memory: this lane's q values, loaded ahead of the copies
-  const bool rotate_q = is_rotated(C) && !a.q_rotated;
-  if constexpr (is_rotated(C)) {
+  const bool rotate_q = layout::rotated(C) && !a.q_rotated;
+  if constexpr (layout::rotated(C)) {
     if (tid < 16) lv[tid] = tid < a.n_levels ? a.levels[tid] : 0.0f;  // visible after the barriers below
   }
   if (rotate_q) {
@@ -156,7 +156,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
         qraw[ks][3] = load(g + 8, d0 + hi);
       }
     }
-    if constexpr (is_rotated(C)) __syncthreads();  // lv
+    if constexpr (layout::rotated(C)) __syncthreads();  // lv
   }
 
   if (!early) start_copies();

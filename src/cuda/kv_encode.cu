@@ -74,7 +74,7 @@ __device__ void encode_row(int d_rt, float* x, uint8_t* row, uint8_t* codes, con
   constexpr CodecId c = C;
   const int d = D > 0 ? D : d_rt;
   const int lane = threadIdx.x & 31;
-  constexpr bool rotated = c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3;
+  constexpr bool rotated = kv::layout::rotated(c);
   if constexpr (rotated && D > 0) {
     rotate_row<D>(x, t.signs, lane);
   } else if (rotated) {  // rotation.cpp's rotate()
@@ -273,7 +273,7 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
 cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s) {
   if (a.d > kMaxD || a.d % 32 != 0 || a.row_bytes > kMaxRow || a.row_bytes % 4 != 0) return cudaErrorInvalidValue;
   if (a.rope && (a.rp.dim < 2 || a.rp.dim > a.d || !a.q || a.n_q < 1 || !a.v)) return cudaErrorInvalidValue;
-  if (a.rotate_q && (!a.rope || !(a.codec == CodecId::q4r || a.codec == CodecId::tq4 || a.codec == CodecId::tq3) || (a.d != 64 && a.d != 128 && a.d != 256)))
+  if (a.rotate_q && (!a.rope || !kv::layout::rotated(a.codec) || (a.d != 64 && a.d != 128 && a.d != 256)))
     return cudaErrorInvalidValue;
   const int n_rows = a.n_tok * (a.n_kv * (a.v ? 2 : 1) + (a.rope ? a.n_q : 0));
   if (n_rows == 0) return cudaSuccess;

@@ -14,8 +14,6 @@
 namespace kvtax::cuda {
 namespace {
 
-bool rotated(kv::CodecId c) { return c == kv::CodecId::q4r || c == kv::CodecId::tq4 || c == kv::CodecId::tq3; }
-
 // Warps per block: 16 decode each K/V tile once for 256 rows instead of 128 (half the decode work per row), 8
 // let two blocks share an SM. Measured on the H200 at 32k (docs/perf.md, prefill6): 16 is 7-13% faster for
 // every decoding codec, 8 is 3% faster for f16, which has no decode. KVTAX_PREFILL_WARPS=8|16 overrides
@@ -72,7 +70,7 @@ void run_prefill(const KvView& kv, const float* q, int n_tok, int pos0, int n_he
   a.wgmma = use_wgmma();
   a.out16 = out16;
   a.out_bf16 = bf16;
-  a.signs = rotated(kv.codec) ? codec_tables().signs.as<float>() : nullptr;
+  a.signs = kv::layout::rotated(kv.codec) ? codec_tables().signs.as<float>() : nullptr;
   check(detail::launch_prefill(a, stream), "prefill attention launch");
 }
 

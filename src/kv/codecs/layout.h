@@ -49,6 +49,9 @@ KVTAX_HD constexpr size_t row_bytes(CodecId c, int d) {
   }
 }
 
+// Rows of vectors rotated by rotation.h (CodecInfo::rotated, known at compile time for the kernels).
+KVTAX_HD constexpr bool rotated(CodecId c) { return c == CodecId::q4r || c == CodecId::tq4 || c == CodecId::tq3; }
+
 // ---- element primitives
 // e4m3 byte -> float. Placing the 7 magnitude bits at the top of an f32's exponent/mantissa gives
 // 2^(e-127) * (1 + m/8) for normals and m * 2^-129 for subnormals; times 2^120 both are the e4m3 value.
