@@ -10,7 +10,6 @@
 #include "cuda/attention_launch.h"
 #include "cuda/codec_tables.h"
 #include "cuda/paged_kv_args.h"
-#include "kv/codecs/codec.h"
 #include "kv/codecs/layout.h"
 
 namespace kvtax::cuda {
@@ -175,7 +174,7 @@ void decode_attention(const KvView& kv, const float* q, int n_heads, float* out,
   }
   a.part = static_cast<float*>(scratch);
   a.signs = codec_tables().signs.as<float>();
-  a.q_rotated = q_rotated && kv::codec(kv.codec).rotated;
+  a.q_rotated = q_rotated && kv::layout::rotated(kv.codec);
   if (out_codes) a.codes = detail::gemv_quant_x(out_codes, int64_t(n_heads) * kv.head_dim);
   check(detail::launch_decode(a, stream), "decode attention launch");
 }

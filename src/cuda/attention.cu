@@ -24,7 +24,6 @@ namespace layout = kv::layout;
 
 constexpr float kLog2e = 1.4426950408889634f;
 
-
 // grid (n_splits, n_kv_heads, row groups); scores are kept in base 2 (q is pre-scaled by log2 e).
 template <CodecId C, int D, int NREP>
 __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {

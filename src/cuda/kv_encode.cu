@@ -6,6 +6,7 @@
 
 #include "cuda/attention_launch.h"
 #include "cuda/block_scan.cuh"
+#include "cuda/kv_encode.h"
 #include "cuda/kv_encode_launch.h"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
@@ -51,9 +52,9 @@ __device__ uint8_t f2e4m3(float x) {  // kv/codecs/fp8.cpp's f32_to_e4m3
 
 __device__ __forceinline__ bool finite(float v) { return isfinite(v); }
 
-// rotation.cpp's rotate() of x (D floats in shared memory) in registers, D / 32 values per lane (rotate_regs.cuh:
-// the same steps in the same order). The butterflies through shared memory, a warp barrier per step, made the
-// rotated codecs' prefill encode 2.5x fp8's (H200, 2026-12-01).
+// rotation.cpp's rotate() of x (D floats: a row in shared memory, or the warp's q row in global memory) in registers,
+// D / 32 values per lane (rotate_regs.cuh: the same steps in the same order). The butterflies through shared memory,
+// a warp barrier per step, made the rotated codecs' prefill encode 2.5x fp8's (H200, 2026-12-01).
 template <int D>
 __device__ __forceinline__ void rotate_row(float* x, const float* signs, int lane) {
   constexpr int kPer = D / 32;
@@ -273,8 +274,7 @@ __global__ void __launch_bounds__(kWarps * 32) encode_kernel(EncodeArgs a) {
 cudaError_t launch_encode(const EncodeArgs& a, cudaStream_t s) {
   if (a.d > kMaxD || a.d % 32 != 0 || a.row_bytes > kMaxRow || a.row_bytes % 4 != 0) return cudaErrorInvalidValue;
   if (a.rope && (a.rp.dim < 2 || a.rp.dim > a.d || !a.q || a.n_q < 1 || !a.v)) return cudaErrorInvalidValue;
-  if (a.rotate_q && (!a.rope || !kv::layout::rotated(a.codec) || (a.d != 64 && a.d != 128 && a.d != 256)))
-    return cudaErrorInvalidValue;
+  if (a.rotate_q && (!a.rope || !q_rotation_fuses(a.codec, a.d))) return cudaErrorInvalidValue;
   const int n_rows = a.n_tok * (a.n_kv * (a.v ? 2 : 1) + (a.rope ? a.n_q : 0));
   if (n_rows == 0) return cudaSuccess;
   auto go = [&]<CodecId C, int D>() {

@@ -11,6 +11,7 @@
 #include "cuda/attention.h"
 #include "cuda/ops.h"
 #include "kv/codecs/codec.h"
+#include "kv/codecs/layout.h"
 
 namespace kvtax::cuda {
 
@@ -36,9 +37,9 @@ void encode_kv_rope(const KvTarget& dst, float* q, int n_q, const float* k, cons
                     const ops::RopeParams& rope, cudaStream_t s = nullptr, const int* pos_dev = nullptr,
                     bool rotate_q = false);
 
-// Whether encode_kv_rope can rotate q for this codec and head width.
-inline bool q_rotation_fuses(kv::CodecId codec, int head_dim) {
-  return kv::codec(codec).rotated && (head_dim == 64 || head_dim == 128 || head_dim == 256);
+// Whether encode_kv_rope can rotate q for this codec and head width (the encode kernel's compile-time widths).
+constexpr bool q_rotation_fuses(kv::CodecId codec, int head_dim) {
+  return kv::layout::rotated(codec) && (head_dim == 64 || head_dim == 128 || head_dim == 256);
 }
 
 // Encodes n rows of d values (device, [n][d], not rotated) into contiguous rows (device, [n][row_bytes]):
