@@ -18,7 +18,7 @@
 #include <cstdlib>
 #include <string>
 
-#include "cuda/attention_mma_tiles.cuh"
+#include "cuda/attention_mma_q4.cuh"
 
 namespace kvtax::cuda::detail {
 namespace {
@@ -57,12 +57,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   int32_t pg[G::kStages];
 #pragma unroll
   for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
-  auto bar = [&](int j) { return smem_addr(&bars[warp][j % G::kStages]); };
-  // Starts the copy of the warp's tile j (page entry pg_j) into its stage.
-  auto issue = [&](int j, int32_t pg_j) {
-    const uint32_t stage = ws + (j % G::kStages) * G::kRaw;
+  auto bar = [&](int slot) { return smem_addr(&bars[warp][slot]); };
+  // Starts the copy of the warp's tile j (page entry pg_j) into its stage, ring slot j % kStages (which the loop
+  // counts instead of dividing: kStages is 5 for q4 / q4r).
+  auto issue = [&](int j, int slot, int32_t pg_j) {
+    const uint32_t stage = ws + slot * G::kRaw;
     if constexpr (G::kBulk) {
-      if (lane == 0 && j < my_tiles) issue_tile_bulk<C, D>(a, kh, pg_j, tile_t0(j), stage, bar(j));
+      if (lane == 0 && j < my_tiles) issue_tile_bulk<C, D>(a, kh, pg_j, tile_t0(j), stage, bar(slot));
     } else {
       if (j < my_tiles) issue_tile<C, D>(a, kh, pg_j, tile_t0(j), c1 - tile_t0(j), stage, lane);
       cp_commit();
@@ -77,7 +78,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
       __syncwarp();
     }
 #pragma unroll
-    for (int j = 0; j < G::kStages - 1; ++j) issue(j, pg[j]);
+    for (int j = 0; j < G::kStages - 1; ++j) issue(j, j, pg[j]);
   };
   // Programmatic dependent launch (pdl.cuh): until the wait, the kernels before this one may still run. Only the
   // newest row is being written then (by the KV encode), and it lies in the last chunk: every other block starts its
@@ -127,10 +128,12 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     __syncthreads();
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
+      const int d0 = k_dim<C, D, kSwap>(ks, c), hi = G::kKReg ? 2 : 8;
       const float* ra = q_row(g) + d0;
       const float* rb = q_row(g + 8) + d0;
-      if constexpr (kSwap) {
+      if constexpr (G::kBiased) {
+        q4_query_pair({ra[0], ra[1], ra[2], ra[3]}, ks, qb[ks]);
+      } else if constexpr (kSwap) {
         qb[ks][0] = pack_half2(ra[0], ra[1]);
         qb[ks][1] = pack_half2(ra[hi], ra[hi + 1]);
       } else {
@@ -148,7 +151,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     };
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {
-      const int d0 = k_dim<C, D>(ks, c), hi = G::kKReg ? 2 : 8;
+      const int d0 = k_dim<C, D, kSwap>(ks, c), hi = G::kKReg ? 2 : 8;
       qraw[ks][0] = load(g, d0);
       qraw[ks][2] = load(g, d0 + hi);
       if constexpr (!kSwap) {
@@ -166,13 +169,22 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     for (int ks = 0; ks < D / 16; ++ks)
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        if constexpr (kSwap) {
+        if constexpr (G::kBiased) {
+          if (i == 0) {
+            const float x[4] = {qraw[ks][0].x * qscale, qraw[ks][0].y * qscale, qraw[ks][2].x * qscale,
+                                qraw[ks][2].y * qscale};
+            q4_query_pair(x, ks, qb[ks]);
+          }
+        } else if constexpr (kSwap) {
           if (i % 2 == 0) qb[ks][i / 2] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
         } else {
           qf[ks][i] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
         }
       }
   }
+
+  float qbias[D / 32][2];  // kBiased: where each block's S^T starts (q4_query_bias)
+  if constexpr (G::kBiased) q4_query_bias<D>(qb, c, qbias);
 
   // This lane's ldmatrix rows: K (non-transposed, tokens x dims) and V (transposed).
   const int k_tok = (lane & 7) + ((lane >> 4) << 3), k_hi = (lane >> 3) & 1;
@@ -186,11 +198,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   // Running max and sum of rows g and g + 8; kSwap: of heads 2c and 2c + 1 (the sums this lane's tokens only).
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
+  int slot = 0;           // j % kStages
+  uint32_t parity = 0;    // (j / kStages) & 1
   for (int j = 0; j < my_tiles; ++j) {
     const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
-    uint8_t* stage = wb + (j % G::kStages) * G::kRaw;
+    uint8_t* stage = wb + slot * G::kRaw;
     if constexpr (G::kBulk) {
-      mbar_wait(bar(j), (j / G::kStages) & 1);
+      mbar_wait(bar(slot), parity);
       if (nvalid < kTok) {  // the context's last tile: its rows past the end decode to 0 (factor 0)
         for (int i = nvalid * G::kRow + 4 * lane; i < G::kHalfTile; i += 128) {
           *reinterpret_cast<uint32_t*>(stage + i) = 0;
@@ -206,7 +220,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     constexpr int kWpb = G::kWpb, kSlots = G::kSlots;
     uint32_t kw[2][G::kLaneWords];
     __half2 ksc[2][kSlots];
-    if constexpr (G::kKReg) {
+    if constexpr (G::kKReg && !G::kBiased) {  // kBiased reads its own (swap_tile_q4)
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
         const uint8_t* row = raw + (nt * 8 + g) * G::kRow;
@@ -224,7 +238,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     }
     uint32_t kt = 0, vt;
     if constexpr (G::kDirect) {
-      kt = ws + (j % G::kStages) * G::kRaw;
+      kt = ws + slot * G::kRaw;
       vt = kt + G::kHalfTile;
     } else if constexpr (G::kKReg) {
       vt = 0;
@@ -235,11 +249,13 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
     }
     {  // refill the stage tile j - 1 used (every lane is past it)
       const int jn = j + G::kStages - 1;
-      issue(jn, pg_next);
+      issue(jn, slot == 0 ? G::kStages - 1 : slot - 1, pg_next);
       pg_next = page_of(jn + 1);
     }
 
-    if constexpr (kSwap) {
+    if constexpr (G::kBiased) {
+      swap_tile_q4<C, D>(raw, qb, qbias, nvalid, g, c, o, ma, mb, la, lb);
+    } else if constexpr (kSwap) {
       swap_tile<C, D>(raw, kw, ksc, qb, nvalid, g, c, o, ma, mb, la, lb);
     } else {
       float s2[2][2][4];  // [k-step parity][token n-tile]: two independent chains
@@ -345,6 +361,7 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
         }
       }
     }
+    if (++slot == G::kStages) slot = 0, parity ^= 1;
   }
   cp_wait<0>();
 

@@ -55,6 +55,9 @@ struct Cfg {
   // of its 4 tokens, interleaves the bytes of token pairs and decodes the interleaved word; O's dims come out
   // permuted (o_dim) and are put back in place when the warps merge.
   static constexpr bool kKReg = C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
+  // q4 / q4r in the GQA form: nibbles go into the MMAs as f16 1024 + code, one LOP3 per two values, and the -8
+  // offset and block scales are applied per block around the products (attention_mma_q4.cuh).
+  static constexpr bool kBiased = kSwap && (C == CodecId::q4 || C == CodecId::q4r);
   static constexpr int kRuns = layout::word_runs(C);       // k-steps (4 values per lane each) per code word
   static constexpr int kLaneWords = D / 16 / kRuns;        // code words of one token per lane
   // Block-scaled codes (q8, q4, q4r): code words per block of kQBlock values, and the blocks a lane's K words span.
@@ -79,8 +82,9 @@ struct Cfg {
   // in 8 banks, 4-8 lanes each, on the path of the kernel's last instructions (ncu, session 18: 0.24 M of fp8's 0.27 M
   // shared-store wavefronts at 32k were conflicts). Rows D + 4 apart and each 4-dim group's order XORed with
   // g % 4 (red_dim) put the 32 lanes on 32 banks.
-  static constexpr bool kRedSwizzle = kSwap && D == 128;
-  static constexpr int kRedRow = kRedSwizzle ? D + 4 : D + 2;
+  // kBiased stores dims 32 b + 16 r + 2 g (+ 1) of rows 2c (+ 1): rows D + 4 apart leave 2-way conflicts.
+  static constexpr bool kRedSwizzle = kSwap && D == 128 && !kBiased;
+  static constexpr int kRedRow = kRedSwizzle || kBiased ? D + 4 : D + 2;
   static constexpr int kMerge = kWarps * kRows * kRedRow * 4;
   static constexpr int kQ = kRows * D * 4;
   static constexpr int kSmem = kWarps * kWarpBytes > kMerge ? kWarps * kWarpBytes : kMerge;
@@ -95,11 +99,13 @@ __device__ __forceinline__ uint32_t swz(int row, int col) {
 }
 
 // First of the 4 consecutive dims that lane quad position c holds in k-step ks of S = Q K^T: k 2c, 2c+1 of the
-// fragment are dims d, d+1 and k 2c+8, 2c+9 are d+2, d+3 (kKReg); the plain fragment order otherwise.
-template <CodecId C, int D>
+// fragment are dims d, d+1 and k 2c+8, 2c+9 are d+2, d+3 (kKReg; kBiased: d, d+2 and d+1, d+3, in k-steps that each
+// take one run of one block); the plain fragment order otherwise.
+template <CodecId C, int D, bool kSwap = false>
 __device__ __forceinline__ int k_dim(int ks, int c) {
-  using G = Cfg<C, D>;
-  if constexpr (G::kKReg) return layout::word_value(C, c * G::kLaneWords + ks / G::kRuns, ks % G::kRuns);
+  using G = Cfg<C, D, kSwap>;
+  if constexpr (G::kBiased) return layout::kQBlock * (ks / 2) + 16 * (ks % 2) + 4 * c;
+  else if constexpr (G::kKReg) return layout::word_value(C, c * G::kLaneWords + ks / G::kRuns, ks % G::kRuns);
   else return ks * 16 + 2 * c;
 }
 
@@ -154,7 +160,7 @@ __device__ __forceinline__ void issue_tile_bulk(const DecodeArgs& a, const uint8
   const uint8_t* kr = kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * G::kRow;
   mbar_expect_bytes(bar, G::kRaw);
   bulk_copy(stage, kr, G::kHalfTile, bar);
-  bulk_copy(stage + G::kHalfTile, kr + a.v_offset, G::kHalfTile, bar);
+  bulk_copy<false>(stage + G::kHalfTile, kr + a.v_offset, G::kHalfTile, bar);
 }
 
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
@@ -261,43 +267,25 @@ __device__ __forceinline__ uint32_t transpose8x8(uint32_t x) {
 }
 
 // The GQA form's true dim of row gg (+ 8 if hi8) of O^T m-tile mt: the rows of two m-tiles come from one code word
-// of V (decode_v_word's halves and runs), the word lane group gg reads for its q-th pair of m-tile runs.
+// of V (decode_v_word's halves and runs), the word lane group gg reads for its q-th pair of m-tile runs. kBiased:
+// m-tile 2b + r holds run r of block b, rows gg and gg + 8 its values 2gg and 2gg + 1 (attention_mma_q4.cuh).
 template <CodecId C, int D>
 __device__ __forceinline__ int swap_dim(int mt, int gg, int hi8) {
   using G = Cfg<C, D>;
+  if constexpr (Cfg<C, D, true>::kBiased) return layout::kQBlock * (mt / 2) + 16 * (mt % 2) + 2 * gg + hi8;
   const int q = mt / (2 * G::kRuns), r = (mt / 2) % G::kRuns, mh = mt % 2;
   return layout::word_value(C, v_word<C, D>(gg, q), r) + 2 * mh + hi8;
 }
 
-// One tile of the GQA form for lane (g, c): S^T = K Q^T (A: K of tokens g, g + 8 as the K words kw already hold
-// them; B: q of head g), the online softmax of heads 2c, 2c + 1 over the tile's 16 tokens (a max across the 8 lane
-// groups; sums per lane until the end), P^T through movmatrix as B, and O^T += V^T P^T (A: decode_v_word).
-template <CodecId C, int D>
-__device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
-                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const uint32_t (&qb)[D / 16][2],
-                                          int nvalid, int g, int c, float (&o)[D / 16][4], float& m0, float& m1,
-                                          float& l0, float& l1) {
-  using G = Cfg<C, D>;
-  float st[2][4] = {};  // two independent chains (k-step parity)
-  for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
-    const uint32_t a[4] = {half2_bits(g_lo), half2_bits(g8_lo), half2_bits(g_hi), half2_bits(g8_hi)};
-    mma_16816(st[ks & 1], a, qb[ks][0], qb[ks][1]);
-  });
-  // s[e]: token g (e < 2) or g + 8, head 2c + (e & 1). fp8's row scales of those tokens scale S and P.
-  float fk[2] = {1.0f, 1.0f}, fv[2] = {1.0f, 1.0f};
-  if constexpr (G::kFold) {
+// The GQA form's online softmax for lane (g, c): s[e] is the score of token g (e < 2) or g + 8 for head
+// 2c + (e & 1); tokens from nvalid on are masked. The maxima are taken across the 8 lane groups, the sums stay per
+// lane until the end. O^T is rescaled where a maximum rose; s becomes the tile's softmax weights.
+template <int D>
+__device__ __forceinline__ void swap_softmax(float (&s)[4], int nvalid, int g, float (&o)[D / 16][4], float& m0,
+                                             float& m1, float& l0, float& l1) {
 #pragma unroll
-    for (int t = 0; t < 2; ++t) {
-      fk[t] = layout::load_f32<false>(raw + (8 * t + g) * G::kRow);
-      fv[t] = layout::load_f32<false>(raw + G::kHalfTile + (8 * t + g) * G::kRow);
-    }
-  }
-  float s[4];
-#pragma unroll
-  for (int e = 0; e < 4; ++e) {
-    s[e] = (st[0][e] + st[1][e]) * fk[e >> 1];
+  for (int e = 0; e < 4; ++e)
     if (g + 8 * (e >> 1) >= nvalid) s[e] = -INFINITY;
-  }
   float mx0 = fmaxf(s[0], s[2]), mx1 = fmaxf(s[1], s[3]);
 #pragma unroll
   for (int off = 4; off < 32; off <<= 1) {
@@ -315,11 +303,39 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
       o[mt][3] *= f1;
     }
   }
+#pragma unroll
+  for (int e = 0; e < 4; ++e) s[e] = exp2_fast(s[e] - (e & 1 ? m1 : m0));
+  l0 = l0 * f0 + (s[0] + s[2]);
+  l1 = l1 * f1 + (s[1] + s[3]);
+}
+
+// One tile of the GQA form for lane (g, c): S^T = K Q^T (A: K of tokens g, g + 8 as the K words kw already hold
+// them; B: q of head g), the online softmax of heads 2c, 2c + 1 over the tile's 16 tokens, P^T through movmatrix
+// as B, and O^T += V^T P^T (A: decode_v_word).
+template <CodecId C, int D>
+__device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
+                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const uint32_t (&qb)[D / 16][2],
+                                          int nvalid, int g, int c, float (&o)[D / 16][4], float& m0, float& m1,
+                                          float& l0, float& l1) {
+  using G = Cfg<C, D>;
+  float st[2][4] = {};  // two independent chains (k-step parity)
+  for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+    const uint32_t a[4] = {half2_bits(g_lo), half2_bits(g8_lo), half2_bits(g_hi), half2_bits(g8_hi)};
+    mma_16816(st[ks & 1], a, qb[ks][0], qb[ks][1]);
+  });
+  // fp8's row scales of the lane's tokens (g, g + 8) scale S and P.
+  float fk[2] = {1.0f, 1.0f}, fv[2] = {1.0f, 1.0f};
+  if constexpr (G::kFold) {
+#pragma unroll
+    for (int t = 0; t < 2; ++t) {
+      fk[t] = layout::load_f32<false>(raw + (8 * t + g) * G::kRow);
+      fv[t] = layout::load_f32<false>(raw + G::kHalfTile + (8 * t + g) * G::kRow);
+    }
+  }
   float p[4];
 #pragma unroll
-  for (int e = 0; e < 4; ++e) p[e] = exp2_fast(s[e] - (e & 1 ? m1 : m0));
-  l0 = l0 * f0 + (p[0] + p[2]);
-  l1 = l1 * f1 + (p[1] + p[3]);
+  for (int e = 0; e < 4; ++e) p[e] = (st[0][e] + st[1][e]) * fk[e >> 1];
+  swap_softmax<D>(p, nvalid, g, o, m0, m1, l0, l1);
   // This lane's P (tokens g / g + 8, heads 2c, 2c + 1) is a fragment of two 8x8 blocks [token][head]; transposed,
   // lane (g, c) holds head g's tokens 2c, 2c + 1 (and + 8): the B fragment of P^T.
   const uint32_t pb0 = transpose8x8(pack_half2(p[0] * fv[0], p[1] * fv[0]));

@@ -109,7 +109,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
       const uint8_t* src = tile_base(a, kh, t * kTile);
       mbar_expect_bytes(raw_full(t), 2 * raw_bytes);
       bulk_copy(smem_addr(raw(t)), src, raw_bytes, raw_full(t));
-      bulk_copy(smem_addr(raw(t) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(t));
+      bulk_copy<false>(smem_addr(raw(t) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(t));
     };
     if constexpr (!kDirect<C>) {
       if (tid == 0) {
