@@ -23,9 +23,10 @@
 namespace kvtax::cuda::detail {
 namespace {
 
-// grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one group of up to 8).
+// The kernel's body (mma_split_kernel below). grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one
+// group of up to 8).
 template <CodecId C, int D, bool kSwap>
-__global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
+__device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   using G = Cfg<C, D, kSwap>;
   static_assert(!kSwap || G::kKReg, "the GQA form decodes K and V straight into fragments");
   extern __shared__ __align__(128) uint8_t smem[];
@@ -426,11 +427,28 @@ __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_sp
   }
 }
 
+// Registers capped for kMinBlocks blocks per SM, or at Cfg::kMaxRegs where that is set (by __maxnreg__, which
+// cannot stand beside the launch bounds' block count, and which left tq4 spilling more where it replaced them).
+template <CodecId C, int D, bool kSwap>
+__global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
+  mma_split<C, D, kSwap>(a);
+}
+template <CodecId C, int D, bool kSwap>
+__global__ void __launch_bounds__(kThreads) __maxnreg__((Cfg<C, D, kSwap>::kMaxRegs))
+    mma_split_kernel_capped(DecodeArgs a) {
+  mma_split<C, D, kSwap>(a);
+}
+template <CodecId C, int D, bool kSwap>
+constexpr auto split_kernel() {
+  if constexpr (Cfg<C, D, kSwap>::kMaxRegs > 0) return mma_split_kernel_capped<C, D, kSwap>;
+  else return mma_split_kernel<C, D, kSwap>;
+}
+
 // The kernel with its dynamic shared memory allowed (once per instantiation).
 template <CodecId C, int D, bool kSwap>
 cudaError_t prepared() {
   static const cudaError_t e = cudaFuncSetAttribute(
-      mma_split_kernel<C, D, kSwap>, cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
+      split_kernel<C, D, kSwap>(), cudaFuncAttributeMaxDynamicSharedMemorySize, Cfg<C, D, kSwap>::kSmem);
   return e;
 }
 
@@ -459,7 +477,7 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   return with_form<C, D>(a.n_rep, [&]<bool kSwap>() {
     if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
     const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
-    return launch_pdl_smem(mma_split_kernel<C, D, kSwap>, grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
+    return launch_pdl_smem(split_kernel<C, D, kSwap>(), grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
   });
 }
 
@@ -467,7 +485,7 @@ template <CodecId C, int D>
 cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
   return with_form<C, D>(n_rep, [&]<bool kSwap>() {
     if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, mma_split_kernel<C, D, kSwap>, kThreads,
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, kSwap>(), kThreads,
                                                          Cfg<C, D, kSwap>::kSmem);
   });
 }

@@ -70,6 +70,10 @@ struct Cfg {
   // 31.4 -> 27.1; tq4 at 2: 144.5 -> 159.5 at 128k.
   static constexpr bool kTq = C == CodecId::tq4 || C == CodecId::tq3;
   static constexpr int kMinBlocks = !kSwap && D >= 256 ? 1 : kTq ? 3 : 2;
+  // kBiased at head_dim 128 fits 4 blocks per SM by shared memory; 120 registers leave room for a merge block (128
+  // threads of 32) beside them. At 127 the four took the whole register file and the merge waited for the split
+  // kernel's last blocks. 0: the registers of kMinBlocks blocks per SM.
+  static constexpr int kMaxRegs = kBiased && D == 128 ? 120 : 0;
   static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
   // Stages of the ring (ring_stages): as many as the shared memory of kMinBlocks blocks per SM holds, 2 to 6.
   static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D);
