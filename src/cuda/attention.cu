@@ -9,6 +9,7 @@
 #include <cfloat>
 
 #include "cuda/attention_launch.h"
+#include "cuda/block_scan.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/pdl.cuh"
 #include "cuda/quantize_x.cuh"
@@ -157,16 +158,18 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
 // grid n_heads, block D threads: exact merge of the chunks' partials, then the inverse rotation. A head's partials
 // (n rows of D + 2 floats) land in shared memory by cp.async in one memory round trip, kBatch chunks at a time; the
 // loads of the old form (a pass for the maximum, then the weighted sums 16 chunks per round trip) took five at 49
-// chunks. Up to kBatch chunks the arithmetic is the same: maximum over the chunks, then the sums in chunk order.
+// chunks. Each chunk's weight exp2(max - M) and its share of the sum are computed once, by one thread, and the
+// maxima and sums are reduced over the block, where every thread used to work through all of them (66 chunks for q4
+// and q4r).
 template <int D, bool kRotated>
 __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
-  constexpr int kRow = D + 2, kBatch = merge_batch(D);
+  constexpr int kRow = D + 2, kBatch = merge_batch(D), kWarpsM = D / 32;
   extern __shared__ __align__(16) float stage[];  // at least min(n_splits, kBatch) rows (launch_codec_dim)
-  __shared__ float o_s[D];
-  static_assert(kBatch * kRow * 4 + sizeof(o_s) == merge_smem_bytes(D));
+  __shared__ float o_s[D], w_s[kBatch], red[2][kWarpsM];
+  static_assert(kBatch * kRow * 4 + sizeof(o_s) + sizeof(w_s) + sizeof(red) <= merge_smem_bytes(D));
   pdl_trigger();  // the GEMV after it may start streaming its weights (pdl.cuh)
   pdl_wait();     // the partials come from the split kernel
-  const int head = blockIdx.x, dd = threadIdx.x, n = a.n_splits;
+  const int head = blockIdx.x, dd = threadIdx.x, warp = dd / 32, lane = dd % 32, n = a.n_splits;
   const float* part = a.part + size_t(head) * n * kRow;
   float M = -INFINITY, o = 0.0f, L = 0.0f;
   for (int c0 = 0; c0 < n; c0 += kBatch) {
@@ -176,22 +179,42 @@ __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
     cp_commit();
     cp_wait<0>();
     __syncthreads();
+    float mc = -INFINITY;
+    for (int c = dd; c < nb; c += D) mc = fmaxf(mc, stage[c * kRow + D]);
+    mc = warp_max(mc);
+    if (lane == 0) red[0][warp] = mc;
+    __syncthreads();
     float mb = M;
-    for (int c = 0; c < nb; ++c) mb = fmaxf(mb, stage[c * kRow + D]);
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) mb = fmaxf(mb, red[0][w]);
     if (mb != M) {  // -inf until a chunk saw a token, and the sums so far are 0 then
       const float f = exp2f(M - mb);
       o *= f;
       L *= f;
       M = mb;
     }
-#pragma unroll 8
-    for (int c = 0; c < nb; ++c) {
+    float lc = 0.0f;
+    for (int c = dd; c < nb; c += D) {
       const float* p = stage + c * kRow;
-      const float w = exp2f(p[D] - M);
-      o = fmaf(w, p[dd], o);
-      L = fmaf(w, p[D + 1], L);
+      const float w = p[D] == -INFINITY ? 0.0f : exp2f(p[D] - M);  // a chunk that saw no token weighs nothing
+      w_s[c] = w;
+      lc = fmaf(w, p[D + 1], lc);
     }
-    __syncthreads();  // the next batch overwrites the stage
+#pragma unroll
+    for (int off = 16; off > 0; off >>= 1) lc += __shfl_xor_sync(0xffffffffu, lc, off);
+    if (lane == 0) red[1][warp] = lc;
+    __syncthreads();
+#pragma unroll
+    for (int w = 0; w < kWarpsM; ++w) L += red[1][w];
+    float o2 = 0.0f;  // two chains
+    int c = 0;
+    for (; c + 1 < nb; c += 2) {
+      o = fmaf(w_s[c], stage[c * kRow + dd], o);
+      o2 = fmaf(w_s[c + 1], stage[(c + 1) * kRow + dd], o2);
+    }
+    if (c < nb) o = fmaf(w_s[c], stage[c * kRow + dd], o);
+    o += o2;
+    __syncthreads();  // the next batch overwrites the stage, the weights and red
   }
   o_s[dd] = L > 0.0f ? o / L : 0.0f;
   __syncthreads();

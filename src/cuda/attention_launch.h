@@ -18,7 +18,7 @@ constexpr int kChunkAlign = 16;    // context chunks start at multiples of this 
 // block's shared memory, which the split kernel's rings leave room for where they can (attention_mma.cu). 72 below
 // head_dim 256: q4 and q4r split 8 KV heads into 66 chunks on 132 SMs (4 blocks per SM), one round trip.
 constexpr int merge_batch(int d) { return d >= 256 ? 32 : 72; }
-constexpr int merge_smem_bytes(int d) { return merge_batch(d) * (d + 2) * 4 + d * 4; }
+constexpr int merge_smem_bytes(int d) { return merge_batch(d) * (d + 3) * 4 + d * 4 + 2 * (d / 32) * 4; }
 // Its staged rows (dynamic shared memory) for n chunks.
 constexpr int merge_stage_bytes(int d, int n) {
   return (n < merge_batch(d) ? n : merge_batch(d)) * (d + 2) * 4;

@@ -58,7 +58,8 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   int32_t pg[G::kStages];
 #pragma unroll
   for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
-  auto bar = [&](int slot) { return smem_addr(&bars[warp][slot]); };
+  const uint32_t bar0 = smem_addr(&bars[warp][0]);
+  auto bar = [&](int slot) { return bar0 + 8 * slot; };
   // Starts the copy of the warp's tile j (page entry pg_j) into its stage, ring slot j % kStages (which the loop
   // counts instead of dividing: kStages is 5 for q4 / q4r).
   auto issue = [&](int j, int slot, int32_t pg_j) {

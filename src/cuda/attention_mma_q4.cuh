@@ -102,7 +102,7 @@ __device__ __forceinline__ void swap_tile_q4(const uint8_t* raw, const uint32_t 
   // fragments (swap_tile). V's lo / hi m-tiles of block b: rows g, g + 8 are values 2g, 2g + 1 of the run.
   const __half2 p0 = layout::bits_as_half2(pack_half2(p[0], p[1])), p8 = layout::bits_as_half2(pack_half2(p[2], p[3]));
   const uint8_t* vr = raw + G::kHalfTile + kCodes + 4 * (g / 2);
-  const uint32_t sel = g % 2 ? 0x7632u : 0x5410u;  // bytes 2g, 2g + 1 of two tokens' word g / 2
+  const uint32_t sel = 0x5410u + 0x2222u * (g % 2);  // bytes 2g, 2g + 1 of two tokens' word g / 2 (0x7632 if odd)
   const __half2 lo_bias = __float2half2_rn(-kQ4LoBias), hi_scale = __float2half2_rn(kQ4HiScale),
                 hi_bias = __float2half2_rn(-kQ4HiBias * kQ4HiScale);
 #pragma unroll
