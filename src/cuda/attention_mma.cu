@@ -200,8 +200,8 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   // Running max and sum of rows g and g + 8; kSwap: of heads 2c and 2c + 1 (the sums this lane's tokens only).
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
 
-  int slot = 0;           // j % kStages
-  uint32_t parity = 0;    // (j / kStages) & 1
+  int slot = 0;         // j % kStages
+  uint32_t parity = 0;  // (j / kStages) & 1
   for (int j = 0; j < my_tiles; ++j) {
     const int t0 = tile_t0(j), nvalid = min(kTok, c1 - t0);
     uint8_t* stage = wb + slot * G::kRaw;
@@ -363,7 +363,10 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         }
       }
     }
-    if (++slot == G::kStages) slot = 0, parity ^= 1;
+    if (++slot == G::kStages) {
+      slot = 0;
+      parity ^= 1;
+    }
   }
   cp_wait<0>();
 
@@ -428,8 +431,8 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   }
 }
 
-// Registers capped for kMinBlocks blocks per SM, or at Cfg::kMaxRegs where that is set (by __maxnreg__, which
-// cannot stand beside the launch bounds' block count, and which left tq4 spilling more where it replaced them).
+// Registers capped for kMinBlocks blocks per SM, or at Cfg::kMaxRegs where that is set, by __maxnreg__ (which cannot
+// stand beside the launch bounds' block count, and which made tq3's rows form spill more where it replaced them).
 template <CodecId C, int D, bool kSwap>
 __global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
   mma_split<C, D, kSwap>(a);
