@@ -6,8 +6,10 @@
 //   copies from lane 0 and an mbarrier per stage for the decoding codecs (rows past the context are zeroed when
 //   they land), by per-lane cp.async into the swizzled layout for f16 (zero-fill past the chunk);
 //   f16 rows are used as they land (ldmatrix); fp8 / q8 / q4 / q4r code words go from the stage straight into
-//   mma B fragments (layout::word_decode_half, Cfg::kKReg); tq4 / tq3 are decoded by layout::unit_decode (the
-//   CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain) scales S and P instead;
+//   mma B fragments (layout::word_decode_half, Cfg::kKReg; in the GQA form q4 / q4r go in as 1024 + code, their
+//   offset and block scales applied per block: attention_mma_q4.cuh); tq4 / tq3 are decoded by
+//   layout::unit_decode (the CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain)
+//   scales S and P instead;
 //   S = Q K^T (two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
 //   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand.
 // Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the

@@ -8,7 +8,8 @@
 //      High runs meet q / 16, which makes them 1024 q / 16 + n q.
 //   V: each m-tile holds one run of one block, so the block scale of a token scales its P before the product; the
 //      offset is removed in f16, one exact HADD2 / HFMA2 per two values.
-// The first form decoded every value to s (n - 8) in f16: ~260 of the tile's ~500 instructions (ncu, session 26).
+// The first form decoded every value to s (n - 8) in f16: ~260 of the tile's 506 instructions; this one takes 421
+// per tile (ncu, q4r at 128k, sessions 26 and 27).
 #include "cuda/attention_mma_tiles.cuh"
 
 namespace kvtax::cuda::detail {
