@@ -200,8 +200,7 @@ __global__ void __launch_bounds__(256) merge_kernel(DecodeArgs a) {
       w_s[c] = w;
       lc = fmaf(w, p[D + 1], lc);
     }
-#pragma unroll
-    for (int off = 16; off > 0; off >>= 1) lc += __shfl_xor_sync(0xffffffffu, lc, off);
+    lc = warp_sum(lc);
     if (lane == 0) red[1][warp] = lc;
     __syncthreads();
 #pragma unroll

@@ -170,21 +170,21 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
   if (!rotate_q) {
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)
+    for (int ks = 0; ks < D / 16; ++ks) {
+      if constexpr (G::kBiased) {  // dims d0 .. d0 + 3: qraw[ks][0] and [2]
+        q4_query_pair({qraw[ks][0].x * qscale, qraw[ks][0].y * qscale, qraw[ks][2].x * qscale, qraw[ks][2].y * qscale},
+                      ks, qb[ks]);
+        continue;
+      }
 #pragma unroll
       for (int i = 0; i < 4; ++i) {
-        if constexpr (G::kBiased) {
-          if (i == 0) {
-            const float x[4] = {qraw[ks][0].x * qscale, qraw[ks][0].y * qscale, qraw[ks][2].x * qscale,
-                                qraw[ks][2].y * qscale};
-            q4_query_pair(x, ks, qb[ks]);
-          }
-        } else if constexpr (kSwap) {
+        if constexpr (kSwap) {
           if (i % 2 == 0) qb[ks][i / 2] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
         } else {
           qf[ks][i] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
         }
       }
+    }
   }
 
   float qbias[D / 32][2];  // kBiased: where each block's S^T starts (q4_query_bias)

@@ -1,23 +1,18 @@
 #pragma once
 // Pieces both GEMV kernel families share (gemv.cu: loads straight from global memory; gemv_staged.cu: weights staged
-// through shared memory by the bulk copy engine): warp sums, the norm prologue and the residual epilogue of the
+// through shared memory by the bulk copy engine): the norm prologue and the residual epilogue of the
 // decode step's fusions, and the realigning loader of 2-byte aligned ggml blocks. Device code only (nvcc).
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
 #include <cstdint>
 
+#include "cuda/block_scan.cuh"
 #include "cuda/gemv_launch.h"
 #include "cuda/quantize_x.cuh"
 #include "ggml/types.h"
 
 namespace kvtax::cuda::detail {
-
-__device__ __forceinline__ float warp_sum(float v) {
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) v += __shfl_xor_sync(0xffffffffu, v, o);
-  return v;
-}
 
 __device__ __forceinline__ float half_to_f32(uint32_t bits16) { return __half2float(__ushort_as_half(uint16_t(bits16))); }
 
