@@ -41,6 +41,17 @@ bool use_wgmma() {
   return detail::prefill_wgmma_available();
 }
 
+// f32 rows converted by pairs of blocks in the wgmma kernel (prefill_wgmma.cu); KVTAX_PREFILL_SPLIT=0 has each block
+// convert alone (measurements, tests).
+bool split_tiles() {
+  if (const char* e = std::getenv("KVTAX_PREFILL_SPLIT")) {
+    const std::string v(e);
+    if (v != "0" && v != "1") fail("KVTAX_PREFILL_SPLIT={}: expected 0 or 1", v);
+    return v == "1";
+  }
+  return true;
+}
+
 }  // namespace
 
 bool prefill_supported(kv::CodecId codec, int head_dim) {
@@ -68,6 +79,7 @@ void run_prefill(const KvView& kv, const float* q, int n_tok, int pos0, int n_he
   a.pos0 = pos0;
   a.warps = warps_for(kv.codec);
   a.wgmma = use_wgmma();
+  a.split = split_tiles();
   a.out16 = out16;
   a.out_bf16 = bf16;
   a.signs = kv::layout::rotated(kv.codec) ? codec_tables().signs.as<float>() : nullptr;

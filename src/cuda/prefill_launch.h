@@ -17,6 +17,7 @@ struct PrefillArgs : PagedKvArgs {
              // memory allows)
   bool wgmma;  // the warpgroup-MMA kernel (prefill_wgmma.cu) instead, for head_dim 128; only where
               // prefill_wgmma_available()
+  bool split;  // wgmma, f32 rows: pairs of blocks share each tile's conversion (prefill_wgmma.cu, kSplit)
   uint16_t* out16;  // set: the output goes here as 16-bit values (bf16 with out_bf16, else f16), not to out
   bool out_bf16;
   const float* signs;  // rotated codecs: the rotation's D signs; q is rotated as it is staged, the output

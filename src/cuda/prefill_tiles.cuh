@@ -192,4 +192,32 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
   }
 }
 
+// f32 rows in pairs of blocks (prefill_wgmma.cu): kTile rows of one kind (all K or all V) in `raw`, rounded to f16
+// into their tile `dst`; keys at or past kend become zeros. The thread-to-unit map and the bank-friendly load order
+// are decode_tile's for f32.
+template <int D, int kThreads, class Layout>
+__device__ __forceinline__ void convert_f32_rows(const uint8_t* raw, int k0, int kend, __half* dst) {
+  constexpr int kUnits = D / 8, kRowStep = kThreads / kUnits, kPer = kTile / kRowStep;
+  static_assert(kThreads % kUnits == 0 && kTile % kRowStep == 0 && kRowStep % 8 == 0);
+  const unsigned t = threadIdx.x % kThreads, u = t % kUnits, row0 = t / kUnits;
+  const int first = int(u >> 2) & 1;
+  __half* at = dst + Layout::at(int(row0), int(u));
+  uint2 lo[kPer], hi[kPer];
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    const int r = int(row0) + j * kRowStep;
+    const bool live = k0 + r < kend;
+    const float4* h = reinterpret_cast<const float4*>(raw + size_t(r) * 4 * D + 32 * u);
+    const float4 a = live ? h[first] : float4{}, b = live ? h[first ^ 1] : float4{};
+    lo[j] = make_uint2(pack_half2(a.x, a.y), pack_half2(a.z, a.w));
+    hi[j] = make_uint2(pack_half2(b.x, b.y), pack_half2(b.z, b.w));
+  }
+#pragma unroll
+  for (int j = 0; j < kPer; ++j) {
+    uint2* d = reinterpret_cast<uint2*>(at + j * kRowStep * Layout::kTokStride);
+    d[first] = lo[j];
+    d[first ^ 1] = hi[j];
+  }
+}
+
 }  // namespace kvtax::cuda::detail

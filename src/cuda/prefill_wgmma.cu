@@ -14,6 +14,7 @@
 #include <cuda_fp16.h>
 #include <cuda_runtime.h>
 
+#include "cuda/cluster.cuh"
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
 #include "cuda/prefill_rows.cuh"
@@ -46,17 +47,26 @@ constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 // f16 rows take 128-key tiles in three stages: twice the keys per S product and per barrier round as 64-key
 // tiles (H200, 2026-12-01: f16 attention at 32k 0.696 -> 0.603 s). The decoding codecs keep 64-key tiles in four
 // stages: their raw copies need room beside the stages, and 128-key tiles in two stages measured slower for
-// every one of them (fp8 0.681 -> 0.728 s, tq3 0.868 -> 0.915). f32's raw tiles (64 KiB) leave room for two stages:
-// 0.865 s of attention at 32k against 1.591 on the mma.sync kernel, and 0.90-0.92 with four stages fed by raw
-// copies of half tiles (H200, 2026-12-01).
-template <CodecId C, int D>
+// every one of them (fp8 0.681 -> 0.728 s, tq3 0.868 -> 0.915). Unsplit (below), f32's raw tiles (64 KiB) leave room
+// for two stages: 0.865 s of attention at 32k against 1.591 on the mma.sync kernel, and 0.90-0.92 with four stages
+// fed by raw copies of half tiles (H200, 2026-12-01).
+//
+// kSplit (f32): two blocks of a cluster, adjacent row blocks of one KV head, share each tile's conversion. One copies
+// and converts the tile's K rows, the other its V rows, and the copy engine carries each block's f16 rows into the
+// other's stage. A block's threads then read 32 KiB of raw floats per tile instead of 64 (the producers' shared-memory
+// traffic bounded f32: ncu, session 25), and its raw buffers leave room for four stages: f32 attention 2.03 -> 1.73
+// ms (ncu, 8k prompt, clocks locked), TTFT at 32k with BF16 weights 1.595 -> 1.482 s (H200, session 28). Three
+// stages and three raw buffers measured 1.78 ms; 128-key tiles in two stages were slower than no split.
+template <CodecId C, int D, bool kSplit = false>
 struct WsSmem {
+  static_assert(!kSplit || C == CodecId::f32);
   static constexpr int kKeys = kDirect<C> ? 2 * kTile : kTile, kRows = 128;
-  static constexpr int kStages = kDirect<C> ? 3 : C == CodecId::f32 ? 2 : 4;
+  static constexpr int kStages = kDirect<C> ? 3 : C == CodecId::f32 && !kSplit ? 2 : 4;
   using Tile = Sw128Tile<D, kKeys>;
   static constexpr size_t tile = 2 * Tile::kBytes;
   static constexpr size_t q_at = kStages * tile, raw_at = q_at + Sw128Tile<D, kRows>::kBytes;
-  static constexpr size_t raw = kDirect<C> ? 0 : raw_tile_bytes(kv::layout::row_bytes(C, D));
+  static constexpr size_t row_bytes = kv::layout::row_bytes(C, D);
+  static constexpr size_t raw = kDirect<C> ? 0 : kSplit ? kTile * row_bytes : raw_tile_bytes(row_bytes);
   // The pair table (tq4, tq3; prefill_tiles.cuh). tq4 takes one copy per lane: attention at 32k 0.746 -> 0.719 s
   // (H200, 2026-12-01). tq3's 64 entries conflict less, and 32 copies made it slower (0.700 -> 0.737 s).
   static constexpr int kPairCopies = C == CodecId::tq4 ? 32 : 1;
@@ -64,10 +74,10 @@ struct WsSmem {
   static constexpr size_t total = pairs_at + pairs + 1024;  // + alignment slack
 };
 
-template <CodecId C, int D>
+template <CodecId C, int D, bool kSplit>
 __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a) {
 #if KVTAX_WGMMA
-  using M = WsSmem<C, D>;
+  using M = WsSmem<C, D, kSplit>;
   using L = typename M::Tile;
   constexpr int kRows = M::kRows, kStages = M::kStages, kKeys = M::kKeys;
   extern __shared__ __align__(1024) uint8_t smem_raw[];
@@ -86,13 +96,16 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   constexpr int kProducerGroups = kProducers / 128;
   const int h = blockIdx.x;
   const int r_block = (gridDim.y - 1 - blockIdx.y) * kRows;
-  const int kend = row_pos(a, r_block + kRows - 1) + 1, n_tiles = (kend + kKeys - 1) / kKeys;
+  // A pair runs the tiles of its later block (the one of even blockIdx.y); the earlier one's rows mask the extra.
+  const int r_last = kSplit ? int(gridDim.y - 1 - (blockIdx.y & ~1u)) * kRows : r_block;
+  const int kend = row_pos(a, r_last + kRows - 1) + 1, n_tiles = (kend + kKeys - 1) / kKeys;
+  const uint32_t peer = kSplit ? cluster_rank() ^ 1u : 0u;
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
   fill_pairs<C, kWsThreads, M::kPairCopies>(a, pairs);
   if (tid == 0) {
     for (int i = 0; i < kStages; ++i) {
-      mbar_init(full(i), kProducers);
-      mbar_init(empty(i), 2);
+      mbar_init(full(i), kSplit ? 1 : kProducers);  // split: one arrival, and the bytes of the peer's half
+      mbar_init(empty(i), kSplit ? 4 : 2);          // split: both blocks' consumers
     }
     mbar_init(raw_full(0), 1);
     mbar_init(raw_full(1), 1);
@@ -100,16 +113,22 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   stage_q<D, kWsThreads, kRows, Sw128Tile<D, kRows>>(a, h, r_block, q_s);
   fence_proxy_async();
   __syncthreads();  // barriers initialised; q and the pair table written
+  if constexpr (kSplit) cluster_sync();  // the peer's barriers too, before anything arrives on them
 
   if (wg < kProducerGroups) {  // producer
     regs_dec<56>();
     const uint32_t raw_bytes = uint32_t(kTile * a.row_bytes);
-    auto fetch_raw = [&](int t) {  // one thread: K rows and V rows of tile t, two bulk copies
+    auto fetch_raw = [&](int t) {  // one thread: K rows and V rows of tile t (split: K or V), bulk copies
       if (t >= n_tiles) return;
       const uint8_t* src = tile_base(a, kh, t * kTile);
-      mbar_expect_bytes(raw_full(t), 2 * raw_bytes);
-      bulk_copy(smem_addr(raw(t)), src, raw_bytes, raw_full(t));
-      bulk_copy<false>(smem_addr(raw(t) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(t));
+      if constexpr (kSplit) {
+        mbar_expect_bytes(raw_full(t), raw_bytes);
+        bulk_copy(smem_addr(raw(t)), src + (peer == 0 ? a.v_offset : 0), raw_bytes, raw_full(t));
+      } else {
+        mbar_expect_bytes(raw_full(t), 2 * raw_bytes);
+        bulk_copy(smem_addr(raw(t)), src, raw_bytes, raw_full(t));
+        bulk_copy<false>(smem_addr(raw(t) + raw_bytes), src + a.v_offset, raw_bytes, raw_full(t));
+      }
     };
     if constexpr (!kDirect<C>) {
       if (tid == 0) {
@@ -123,7 +142,18 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     static_assert(!kDirect<C> || kLag == 1 || kLag == 2);
     for (int t = 0; t < n_tiles; ++t) {
       if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - kStages's products are done
-      if constexpr (kDirect<C>) {
+      if constexpr (kSplit) {
+        __half* mine = peer == 1 ? tile(t) : tile(t) + kTile * D;  // block 0 converts K, block 1 V
+        mbar_wait(raw_full(t), (t / 2) & 1);
+        convert_f32_rows<D, kProducers, L>(raw(t), t * kTile, kend, mine);
+        fence_proxy_async();
+        bar_sync<kProducers>(3);  // every producer thread is done with raw(t) and has written its rows
+        if (tid == 0) {
+          mbar_expect_bytes(full(t), L::kBytes);  // the peer's rows, which its copy brings
+          bulk_copy_to(map_to(smem_addr(mine), peer), smem_addr(mine), L::kBytes, map_to(full(t), peer));
+          fetch_raw(t + 2);
+        }
+      } else if constexpr (kDirect<C>) {
         issue_tile_f16<D, kProducers, L, kKeys>(a, kh, t * kKeys, kend, tile(t), tile(t) + kKeys * D);
         cp_commit();
         if (t >= kLag) {  // tile t - kLag landed: fence it for the tensor cores, hand it over
@@ -150,6 +180,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
       fence_proxy_async();
       mbar_arrive(full(n_tiles - 1));
     }
+    if constexpr (kSplit) cluster_sync();  // no block leaves while its peer may still write to it
     return;
   }
 
@@ -186,7 +217,10 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     wgmma_wait<0>();
     fence_acc(s);
     fence_acc(o);
-    if (t > 0 && tid % 128 == 0) mbar_arrive(empty(t - 1));
+    if (t > 0 && tid % 128 == 0) {
+      mbar_arrive(empty(t - 1));
+      if constexpr (kSplit) mbar_arrive_remote(map_to(empty(t - 1), peer));
+    }
     softmax_step<kKeys>(s, t * kKeys, warp_min, pa, pb, c4, ma, mb, la, lb, o, pf);
   }
   bar_sync<256>(1 + cw);
@@ -197,24 +231,45 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   wgmma_wait<0>();
   fence_acc(o);
   store_rows<D>(a, h, r_warp + g, c4, o, la, lb);
+  if constexpr (kSplit) cluster_sync();
 #endif
+}
+
+template <CodecId C, int D, bool kSplit>
+cudaError_t launch_ws(const PrefillArgs& a, cudaStream_t s) {
+  using M = WsSmem<C, D, kSplit>;
+  auto* kernel = prefill_ws_kernel<C, D, kSplit>;
+  static const cudaError_t ready = cudaFuncSetAttribute(kernel, cudaFuncAttributeMaxDynamicSharedMemorySize,
+                                                        int(M::total));
+  if (ready != cudaSuccess) return ready;
+  int blocks = (a.n_tok * a.n_rep + M::kRows - 1) / M::kRows;
+  if (kSplit) blocks += blocks & 1;  // whole pairs: a block past the chunk computes copies of its last row, unstored
+  cudaLaunchConfig_t cfg{};
+  cfg.gridDim = dim3(a.n_kv_heads, blocks);
+  cfg.blockDim = dim3(kWsThreads);
+  cfg.dynamicSmemBytes = M::total;
+  cfg.stream = s;
+  cudaLaunchAttribute attr[1];
+  attr[0].id = cudaLaunchAttributeClusterDimension;
+  attr[0].val.clusterDim.x = 1;
+  attr[0].val.clusterDim.y = kSplit ? 2 : 1;
+  attr[0].val.clusterDim.z = 1;
+  cfg.attrs = attr;
+  cfg.numAttrs = kSplit ? 1 : 0;
+  return cudaLaunchKernelEx(&cfg, kernel, a);
 }
 
 template <CodecId C, int D>
 cudaError_t launch_codec_dim(const PrefillArgs& a, cudaStream_t s) {
-  using M = WsSmem<C, D>;
   // head_dim 64 gave wrong results on the H200 (2026-12-01, not understood yet): it takes the mma.sync kernel.
-  if constexpr (D != 128 || M::total > kMaxSmem) {
+  if constexpr (D != 128 || WsSmem<C, D>::total > kMaxSmem) {
     PrefillArgs b = a;
     b.wgmma = false;
     return launch_prefill(b, s);
+  } else if constexpr (C == CodecId::f32) {
+    return a.split ? launch_ws<C, D, true>(a, s) : launch_ws<C, D, false>(a, s);
   } else {
-    static const cudaError_t ready =
-        cudaFuncSetAttribute(prefill_ws_kernel<C, D>, cudaFuncAttributeMaxDynamicSharedMemorySize, int(M::total));
-    if (ready != cudaSuccess) return ready;
-    const dim3 grid(a.n_kv_heads, (a.n_tok * a.n_rep + M::kRows - 1) / M::kRows);
-    prefill_ws_kernel<C, D><<<grid, kWsThreads, M::total, s>>>(a);
-    return cudaGetLastError();
+    return launch_ws<C, D, false>(a, s);
   }
 }
 

@@ -65,10 +65,16 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
       const std::vector<double> ref = kvtax::testing::exact_attention(q, kd, vd, s.n_kv, s.n_heads, s.d, s.pos0, s.n);
       // Every kernel: mma.sync in both block shapes (16 warps falls back to 8 where it does not fit), and the
       // wgmma kernel where the device runs it.
-      for (const auto& [kernel, warps] : {std::pair{"mma", "8"}, std::pair{"mma", "16"}, std::pair{"wgmma", "8"}}) {
+      // f32 on the wgmma kernel converts its tiles in pairs of blocks (the default), or each block alone ("wgmma1").
+      for (const auto& [kernel, warps] : {std::pair{"mma", "8"}, std::pair{"mma", "16"}, std::pair{"wgmma", "8"},
+                                          std::pair{"wgmma1", "8"}}) {
+        const std::string k(kernel);
+        const bool wgmma = k.starts_with("wgmma");
         // (The wgmma kernel takes head_dim 128 only; other dims run the mma.sync kernel.)
-        if (std::string(kernel) == "wgmma" && (s.d != 128 || !cuda::detail::prefill_wgmma_available())) continue;
-        setenv("KVTAX_PREFILL_KERNEL", kernel, 1);
+        if (wgmma && (s.d != 128 || !cuda::detail::prefill_wgmma_available())) continue;
+        if (k == "wgmma1" && c != kv::CodecId::f32) continue;
+        setenv("KVTAX_PREFILL_KERNEL", wgmma ? "wgmma" : "mma", 1);
+        setenv("KVTAX_PREFILL_SPLIT", k == "wgmma1" ? "0" : "1", 1);
         setenv("KVTAX_PREFILL_WARPS", warps, 1);
         qd.upload(q.data(), q.size() * 4);
         out.fill(0xff);  // NaN: unwritten outputs fail
@@ -80,10 +86,11 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
         const double e = rel_l2(gpu, ref);
         EXPECT_LE(e, 4e-3) << kv::codec(c).name << " kv " << s.n_kv << " heads " << s.n_heads << " d " << s.d
                            << " pos0 " << s.pos0 << " n " << s.n << " " << kernel << " warps " << warps;
-        std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d %-5s warps %2s: rel-L2 %.2e\n",
+        std::printf("[cuda-prefill] %-4s kv %d heads %2d d %3d pos0 %4d n %3d %-6s warps %2s: rel-L2 %.2e\n",
                     kv::codec(c).name, s.n_kv, s.n_heads, s.d, s.pos0, s.n, kernel, warps, e);
       }
       unsetenv("KVTAX_PREFILL_KERNEL");
+      unsetenv("KVTAX_PREFILL_SPLIT");
       unsetenv("KVTAX_PREFILL_WARPS");
     }
   }
@@ -95,8 +102,8 @@ TEST(CudaPrefill, HalfOutputIsTheRoundedFloatOutput) {
   REQUIRE_GPU();
   const int n_kv = 2, n_heads = 8, d = 128, n = 300;
   uint64_t seed = 4700;
-  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4, kv::CodecId::bf16, kv::CodecId::q4r,
-                        kv::CodecId::tq3}) {
+  for (kv::CodecId c : {kv::CodecId::f32, kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4, kv::CodecId::bf16,
+                        kv::CodecId::q4r, kv::CodecId::tq3}) {
     KvCache cache({1, n_kv, d}, parse_kv_spec(kv::codec(c).name), size_t(n));
     const auto k = gaussian(size_t(n) * n_kv * d, seed++), v = gaussian(size_t(n) * n_kv * d, seed++);
     const auto q = gaussian(size_t(n) * n_heads * d, seed++);
