@@ -1,8 +1,8 @@
 // What one dependency between two kernels of the decode step costs, by the way the dependent learns that its input
 // is ready. A chain of `links` kernels, each like a decode GEMV: `blocks` blocks read the previous kernel's output
-// vector x (`x` floats, from L2), stream `wbytes` bytes of their own weights per block (the first `pre` of them before
-// the dependency, as the staged GEMVs copy their first units before griddepcontrol.wait), and write one float per
-// warp of y. Modes:
+// vector x (`x` floats, from L2), stream `wbytes` bytes of their own weights per block (the first `pre` of them, at
+// most 128 a thread, held in registers before the dependency, as the staged GEMVs copy their first units before
+// griddepcontrol.wait), and write one float per warp of y. Modes:
 //   plain  launches in stream order (the whole kernel waits for the one before to end)
 //   pdl    programmatic launch; griddepcontrol.wait, then launch_dependents (the step's GEMVs)
 //   early  programmatic launch; launch_dependents first, then griddepcontrol.wait
@@ -210,7 +210,7 @@ int main(int argc, char** argv) {
   check(cudaDeviceGetAttribute(&sms, cudaDevAttrMultiProcessorCount, 0), "attribute");
   std::printf("# %d links of %d blocks x %d threads (%d SMs), x %d floats, weights before the dependency %d B\n",
               c.links, c.blocks, c.threads, sms, c.x, c.pre);
-  std::printf("| weight bytes per link | plain us | pdl us | early us | flag us | floor us at 4.3 TB/s |\n"
+  std::printf("| weight bytes per link | plain us | pdl us | early us | flag us | weights at H200's 4.3 TB/s, us |\n"
               "|---|---|---|---|---|---|\n");
   for (int wb : c.wbytes) {
     const double p = time_chain<Mode::plain>(c, wb, bufs, w, counters, s);
