@@ -99,7 +99,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   // A pair runs the tiles of its later block (the one of even blockIdx.y); the earlier one's rows mask the extra.
   const int r_last = kSplit ? int(gridDim.y - 1 - (blockIdx.y & ~1u)) * kRows : r_block;
   const int kend = row_pos(a, r_last + kRows - 1) + 1, n_tiles = (kend + kKeys - 1) / kKeys;
-  const uint32_t peer = kSplit ? cluster_rank() ^ 1u : 0u;
+  const uint32_t rank = kSplit ? cluster_rank() : 0u, peer = rank ^ 1u;  // split: rank 0 converts K, rank 1 V
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
   fill_pairs<C, kWsThreads, M::kPairCopies>(a, pairs);
   if (tid == 0) {
@@ -123,7 +123,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
       const uint8_t* src = tile_base(a, kh, t * kTile);
       if constexpr (kSplit) {
         mbar_expect_bytes(raw_full(t), raw_bytes);
-        bulk_copy(smem_addr(raw(t)), src + (peer == 0 ? a.v_offset : 0), raw_bytes, raw_full(t));
+        bulk_copy(smem_addr(raw(t)), src + (rank == 1 ? a.v_offset : 0), raw_bytes, raw_full(t));
       } else {
         mbar_expect_bytes(raw_full(t), 2 * raw_bytes);
         bulk_copy(smem_addr(raw(t)), src, raw_bytes, raw_full(t));
@@ -143,7 +143,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     for (int t = 0; t < n_tiles; ++t) {
       if (t >= kStages) mbar_wait(empty(t), ((t / kStages) & 1) ^ 1);  // tile t - kStages's products are done
       if constexpr (kSplit) {
-        __half* mine = peer == 1 ? tile(t) : tile(t) + kTile * D;  // block 0 converts K, block 1 V
+        __half* mine = rank == 0 ? tile(t) : tile(t) + kTile * D;
         mbar_wait(raw_full(t), (t / 2) & 1);
         convert_f32_rows<D, kProducers, L>(raw(t), t * kTile, kend, mine);
         fence_proxy_async();
