@@ -65,16 +65,17 @@ TEST(CudaPrefill, AttentionMatchesFloat64EveryCodec) {
       const std::vector<double> ref = kvtax::testing::exact_attention(q, kd, vd, s.n_kv, s.n_heads, s.d, s.pos0, s.n);
       // Every kernel: mma.sync in both block shapes (16 warps falls back to 8 where it does not fit), and the
       // wgmma kernel where the device runs it.
-      // f32 on the wgmma kernel converts its tiles in pairs of blocks (the default), or each block alone ("wgmma1").
+      // f32 on the wgmma kernel converts its tiles in pairs of blocks (the default), or each block alone ("wgmma0",
+      // KVTAX_PREFILL_SPLIT=0).
       for (const auto& [kernel, warps] : {std::pair{"mma", "8"}, std::pair{"mma", "16"}, std::pair{"wgmma", "8"},
-                                          std::pair{"wgmma1", "8"}}) {
+                                          std::pair{"wgmma0", "8"}}) {
         const std::string k(kernel);
         const bool wgmma = k.starts_with("wgmma");
         // (The wgmma kernel takes head_dim 128 only; other dims run the mma.sync kernel.)
         if (wgmma && (s.d != 128 || !cuda::detail::prefill_wgmma_available())) continue;
-        if (k == "wgmma1" && c != kv::CodecId::f32) continue;
+        if (k == "wgmma0" && c != kv::CodecId::f32) continue;
         setenv("KVTAX_PREFILL_KERNEL", wgmma ? "wgmma" : "mma", 1);
-        setenv("KVTAX_PREFILL_SPLIT", k == "wgmma1" ? "0" : "1", 1);
+        setenv("KVTAX_PREFILL_SPLIT", k == "wgmma0" ? "0" : "1", 1);
         setenv("KVTAX_PREFILL_WARPS", warps, 1);
         qd.upload(q.data(), q.size() * 4);
         out.fill(0xff);  // NaN: unwritten outputs fail
