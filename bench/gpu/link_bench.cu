@@ -15,6 +15,7 @@
 #include <algorithm>
 #include <cstdio>
 #include <cstdlib>
+#include <stdexcept>
 #include <string>
 #include <vector>
 
@@ -188,7 +189,13 @@ double time_chain(const Config& c, int wbytes, float* bufs, const uint4* w, unsi
 }  // namespace
 
 int main(int argc, char** argv) {
-  const Config c = parse(argc, argv);
+  Config c;
+  try {
+    c = parse(argc, argv);
+  } catch (const std::exception& e) {  // std::stoi on a value that is not a number
+    std::fprintf(stderr, "link_bench: bad number in the arguments (%s)\n", e.what());
+    return 2;
+  }
   const int y_len = c.blocks * (c.threads / 32);
   const int max_w = *std::max_element(c.wbytes.begin(), c.wbytes.end());
   for (int wb : c.wbytes)
