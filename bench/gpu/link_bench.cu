@@ -19,6 +19,8 @@
 #include <string>
 #include <vector>
 
+#include "../bench_util.h"
+
 namespace {
 
 void check(cudaError_t e, const char* what) {
@@ -95,12 +97,7 @@ struct Config {
 
 std::vector<int> ints(const std::string& s) {
   std::vector<int> v;
-  size_t at = 0;
-  while (at <= s.size()) {
-    const size_t end = std::min(s.find(',', at), s.size());
-    v.push_back(std::stoi(s.substr(at, end - at)));
-    at = end + 1;
-  }
+  for (const std::string& item : kvtax_bench::split(s)) v.push_back(std::stoi(item));
   return v;
 }
 
@@ -124,9 +121,9 @@ Config parse(int argc, char** argv) {
       std::exit(2);
     }
   }
-  if (c.links < 2 || c.blocks < 1 || c.threads % 32 || c.threads < 32 || c.threads > 1024 || c.x < 0 || c.x % 4 ||
-      c.blocks * (c.threads / 32) < c.x) {
-    std::fprintf(stderr, "link_bench: bad sizes (x a multiple of 4, y holds at least x floats)\n");
+  if (c.wbytes.empty() || c.links < 2 || c.blocks < 1 || c.threads % 32 || c.threads < 32 || c.threads > 1024 ||
+      c.x < 0 || c.x % 4 || c.blocks * (c.threads / 32) < c.x) {
+    std::fprintf(stderr, "link_bench: bad sizes (x a multiple of 4, y holds at least x floats, --wbytes not empty)\n");
     std::exit(2);
   }
   return c;

@@ -106,16 +106,18 @@ __device__ __forceinline__ void fill_pairs(const PrefillArgs& a, uint32_t* pairs
 
 // Decodes a raw tile (rows of the codec's row_bytes(C, D), checked at launch) into k_s / v_s as f16 with the
 // unit's factor applied; keys at or past kend become zeros (their bytes may be anything, NaN included, and P V
-// would carry a NaN even at weight 0). Thread i always takes unit i % kUnits of rows i / kUnits + kRowStep j: the
-// unit, its swizzled place in a row and every offset are then compile-time steps from one base, where a generic
-// index walk spent more instructions on divisions and swizzle arithmetic than on the decode (ncu, H200,
-// 2026-12-01: ~60 instructions per 8 fp8 values).
-template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1>
+// would carry a NaN even at weight 0). kRawRows kTile: the raw tile holds rows of one kind only, decoded into k_s
+// (the f32 prefill in pairs of blocks, prefill_wgmma.cu).
+// Thread i always takes unit i % kUnits of rows i / kUnits + kRowStep j: the unit, its swizzled place in a row and
+// every offset are then compile-time steps from one base, where a generic index walk spent more instructions on
+// divisions and swizzle arithmetic than on the decode (ncu, H200, 2026-12-01: ~60 instructions per 8 fp8 values).
+template <kv::CodecId C, int D, int kThreads, class Layout, int kCopies = 1, int kRawRows = 2 * kTile>
 __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend, const uint32_t* pairs,
                                             __half* k_s, __half* v_s) {
   namespace layout = kv::layout;
+  static_assert(kRawRows == kTile || kRawRows == 2 * kTile);
   constexpr size_t kRowBytes = layout::row_bytes(C, D);
-  constexpr int kUnits = D / layout::kUnit, kTotal = 2 * kTile * kUnits, kRowStep = kThreads / kUnits;
+  constexpr int kUnits = D / layout::kUnit, kTotal = kRawRows * kUnits, kRowStep = kThreads / kUnits;
   static_assert(layout::kUnit == 8, "one unit is one 16-byte f16 piece of the tile");
   static_assert(kThreads % kUnits == 0 && kTotal % kThreads == 0 && kTile % kRowStep == 0 && kRowStep % 8 == 0);
   const unsigned t = threadIdx.x % kThreads, u = t % kUnits, row0 = t / kUnits;
@@ -150,13 +152,14 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
       p.y = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[1] * kCopies]), f2));
       p.z = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[2] * kCopies]), f2));
       p.w = half2_bits(__hmul2(layout::bits_as_half2(pairs_l[idx[3] * kCopies]), f2));
-    } else if constexpr (kF32) {  // the row's floats themselves (layout::unit_decode<f32> reads them in order)
+    } else if constexpr (kF32) {  // the row's floats themselves (layout::unit_decode<f32> reads them in order); a dead
+      // row's are not read
       const float4* h = reinterpret_cast<const float4*>(src + jr * kRowBytes + 32 * u);
-      const float4 a = h[first], b = h[first ^ 1];
-      p.x = pack_half2(live ? a.x : 0.0f, live ? a.y : 0.0f);
-      p.y = pack_half2(live ? a.z : 0.0f, live ? a.w : 0.0f);
-      p.z = pack_half2(live ? b.x : 0.0f, live ? b.y : 0.0f);
-      p.w = pack_half2(live ? b.z : 0.0f, live ? b.w : 0.0f);
+      const float4 a = live ? h[first] : float4{}, b = live ? h[first ^ 1] : float4{};
+      p.x = pack_half2(a.x, a.y);
+      p.y = pack_half2(a.z, a.w);
+      p.z = pack_half2(b.x, b.y);
+      p.w = pack_half2(b.z, b.w);
     } else {  // bf16
       float y[8];
       const float f = layout::unit_decode<C, /*kNc=*/false>(src + jr * kRowBytes, D, int(u), nullptr, y);
@@ -189,34 +192,6 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, int k0, int kend
         *reinterpret_cast<uint4*>(dst) = p[b];
       }
     }
-  }
-}
-
-// f32 rows in pairs of blocks (prefill_wgmma.cu): kTile rows of one kind (all K or all V) in `raw`, rounded to f16
-// into their tile `dst`; keys at or past kend become zeros. The thread-to-unit map and the bank-friendly load order
-// are decode_tile's for f32.
-template <int D, int kThreads, class Layout>
-__device__ __forceinline__ void convert_f32_rows(const uint8_t* raw, int k0, int kend, __half* dst) {
-  constexpr int kUnits = D / 8, kRowStep = kThreads / kUnits, kPer = kTile / kRowStep;
-  static_assert(kThreads % kUnits == 0 && kTile % kRowStep == 0 && kRowStep % 8 == 0);
-  const unsigned t = threadIdx.x % kThreads, u = t % kUnits, row0 = t / kUnits;
-  const int first = int(u >> 2) & 1;
-  __half* at = dst + Layout::at(int(row0), int(u));
-  uint2 lo[kPer], hi[kPer];
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    const int r = int(row0) + j * kRowStep;
-    const bool live = k0 + r < kend;
-    const float4* h = reinterpret_cast<const float4*>(raw + size_t(r) * 4 * D + 32 * u);
-    const float4 a = live ? h[first] : float4{}, b = live ? h[first ^ 1] : float4{};
-    lo[j] = make_uint2(pack_half2(a.x, a.y), pack_half2(a.z, a.w));
-    hi[j] = make_uint2(pack_half2(b.x, b.y), pack_half2(b.z, b.w));
-  }
-#pragma unroll
-  for (int j = 0; j < kPer; ++j) {
-    uint2* d = reinterpret_cast<uint2*>(at + j * kRowStep * Layout::kTokStride);
-    d[first] = lo[j];
-    d[first ^ 1] = hi[j];
   }
 }
 

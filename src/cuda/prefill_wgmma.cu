@@ -145,7 +145,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
       if constexpr (kSplit) {
         __half* mine = rank == 0 ? tile(t) : tile(t) + kTile * D;
         mbar_wait(raw_full(t), (t / 2) & 1);
-        convert_f32_rows<D, kProducers, L>(raw(t), t * kTile, kend, mine);
+        decode_tile<C, D, kProducers, L, 1, kTile>(raw(t), t * kTile, kend, pairs, mine, nullptr);
         fence_proxy_async();
         bar_sync<kProducers>(3);  // every producer thread is done with raw(t) and has written its rows
         if (tid == 0) {
