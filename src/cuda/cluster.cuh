@@ -44,7 +44,7 @@ __device__ __forceinline__ void bulk_copy_to(uint32_t dst, uint32_t src, uint32_
 // One arrival on a barrier of another block (addr from map_to). CTA-scope release, as CUTLASS's cluster pipelines
 // arrive: what it orders here is that the tensor cores' reads of a stage are over (wgmma_wait) before the peer's copy
 // engine refills it. A cluster-scope wait on the other side made ptxas invalidate L1 (CCTL.IVALL) on every poll:
-// 21% of the producers' stall samples (ncu, H100, session 28).
+// 21% of the kernel's stall samples (ncu, H100, session 28).
 __device__ __forceinline__ void mbar_arrive_remote(uint32_t addr) {
 #if defined(__CUDA_ARCH__) && __CUDA_ARCH__ >= 900
   asm volatile("mbarrier.arrive.shared::cluster.b64 _, [%0];\n" ::"r"(addr) : "memory");
