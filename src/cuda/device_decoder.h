@@ -21,13 +21,15 @@ class CudaDecoder : public DeviceDecoder {
   // Tokens per eval(). Several tokens go through the layers together (batched prefill: cuBLAS GEMMs and
   // tensor-core attention over the pages) in chunks of prefill_chunk() rows (default_chunk() unless set), which
   // bound the activations.
-  static constexpr int kMaxBatch = 16384;
+  static constexpr int kMaxBatch = 32768;
   // Every chunk reads all the weights (quantized ones are also expanded to bf16 for its GEMMs), so longer chunks read
-  // them fewer times. On the H200 (session 12, llama3-8b, 32k prompt, docs/perf.md): Q4_K weights, 16384 rows took
-  // 0.024-0.039 s off 4096's TTFT (five codecs, one call); BF16 weights, 8192 rows 0.014-0.027 s (eight codecs, two
-  // consecutive calls). The price is the chunk's f32 activations (ensure_prefill_buffers: 4 (3 d + 2 q_dim + 2 kv_dim
-  // + 2 ff) bytes per row, 0.2 MB at llama3-8b's width) and the GEMMs' 16-bit scratch.
+  // them fewer times. 16-bit weights: 8192 rows (H200, session 12: 0.014-0.027 s off 4096's TTFT of a 32k prompt;
+  // 16384 no faster). Quantized weights: 32768 rows where their activations (prefill_row_bytes(), 0.2 MB a row at
+  // llama3-8b's width) take at most half the free memory, else 16384 (H200, Q4_K weights, f32 KV, TTFT of a 32k
+  // prompt: 16384 rows 0.024-0.039 s faster than 4096, session 12; 32768 1.483-1.493 s against 16384's
+  // 1.497-1.498, session 29).
   int default_chunk() const;
+  size_t prefill_row_bytes() const;
 
   // reserve_bytes 0: pages for max_context tokens; otherwise that many bytes of pages, which must hold
   // max_context tokens.
@@ -121,6 +123,7 @@ class CudaDecoder : public DeviceDecoder {
   // Prefill activations for chunk_ rows (allocated on the first batched eval): residual, its norm, q, k, v,
   // attention output, the projection / down output, gate and up.
   Buffer px_, pxb_, pq_, pk_, pv_, patt_, py_, pg_, pu_;
+  Buffer pcs_;  // the chunk's RoPE factors, [chunk][head_dim / 2] float2, for the attention to turn q (QRope)
   size_t prefill_bytes_ = 0;
   std::unique_ptr<GemmRunner> gemm_;
   cudaGraph_t graph_ = nullptr;

@@ -12,9 +12,20 @@
 
 namespace kvtax::cuda {
 
+size_t CudaDecoder::prefill_row_bytes() const {
+  const ModelConfig& c = b_.model().config();
+  const size_t d = c.d_model, qd = size_t(c.n_heads) * c.head_dim, kvd = size_t(c.n_kv_heads) * c.head_dim;
+  // ensure_prefill_buffers' f32 rows and RoPE factors, and the GEMMs' 16-bit input (GemmRunner::input)
+  return 4 * (3 * d + 2 * qd + 2 * kvd + 2 * size_t(c.d_ff)) + 4 * size_t(c.head_dim) + 2 * std::max(d, size_t(c.d_ff));
+}
+
 int CudaDecoder::default_chunk() const {
   const DeviceWeight& w = *b_.layers()[0].wo;
-  return w.type() == GgmlType::F16 || w.type() == GgmlType::BF16 ? 8192 : 16384;
+  if (w.type() == GgmlType::F16 || w.type() == GgmlType::BF16) return 8192;
+  // Quantized weights: the longest chunk whose rows take at most half the free memory.
+  size_t free = 0, total = 0;
+  if (cudaMemGetInfo(&free, &total) != cudaSuccess) fail("--device cuda: cudaMemGetInfo failed");
+  return size_t(kMaxBatch) * prefill_row_bytes() <= free / 2 ? kMaxBatch : 16384;
 }
 
 void CudaDecoder::set_prefill_chunk(int rows) {
@@ -22,7 +33,7 @@ void CudaDecoder::set_prefill_chunk(int rows) {
   if (rows == chunk_) return;
   chunk_ = rows;
   b_.account(0, prefill_bytes_);
-  for (Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_}) *p = Buffer();
+  for (Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_, &pcs_}) *p = Buffer();
   prefill_bytes_ = 0;
 }
 
@@ -34,9 +45,10 @@ void CudaDecoder::ensure_prefill_buffers() {
   auto f32 = [n](size_t w) { return Buffer(n * w * 4); };
   px_ = f32(d); pxb_ = f32(d); pq_ = f32(qd); pk_ = f32(kvd); pv_ = f32(kvd); patt_ = f32(qd);
   py_ = f32(d); pg_ = f32(ff); pu_ = f32(ff);
+  pcs_ = Buffer(n * c.head_dim / 2 * sizeof(float2));
   if (!gemm_) gemm_ = std::make_unique<GemmRunner>(stream_);
   size_t bytes = 0;
-  for (const Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_}) bytes += p->bytes();
+  for (const Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_, &pcs_}) bytes += p->bytes();
   b_.account(bytes, prefill_bytes_);
   prefill_bytes_ = bytes;
 }
@@ -103,15 +115,20 @@ void CudaDecoder::run_chunk(int off, int n) {
       check(ops::rmsnorm(q, w.q_norm.as<float>(), q, n * nh, hd, eps, s), "q norm");
       check(ops::rmsnorm(k, w.k_norm.as<float>(), k, n * nkv, hd, eps, s), "k norm");
     }
-    check(ops::rope_rows(q, nh, k, nkv, n, hd, pos0, b_.rope(), s), "rope");
+    // RoPE turns k here and q as the attention stages it (q then crosses memory once, not three times), unless
+    // only part of each head rotates.
+    QRope qr;
+    if (b_.rope().dim == hd) qr = {pcs_.as<float2>(), b_.rope().neox};
+    check(ops::rope_rows(qr.cs ? nullptr : q, qr.cs ? 0 : nh, k, nkv, n, hd, pos0, b_.rope(), s, pcs_.as<float2>()),
+          "rope");
     encode_kv(target(l), k, v, n, pos0, s);
     const KvView kv = view(l, pos0 + n);
     if (w.wo->type() != GgmlType::F32) {  // att as wo's 16-bit input
       void* ah = G.input(n, qd);
-      prefill_attention_half(kv, q, n, pos0, nh, ah, GemmRunner::takes_bf16(*w.wo), s);
+      prefill_attention_half(kv, q, n, pos0, nh, ah, GemmRunner::takes_bf16(*w.wo), s, qr);
       G.run_rounded(*w.wo, 0, d, ah, n, x, d, GemmRunner::Out::add);  // straight into the residual stream
     } else {
-      prefill_attention(kv, q, n, pos0, nh, att, s);
+      prefill_attention(kv, q, n, pos0, nh, att, s, qr);
       G.run(*w.wo, 0, d, att, n, y, d);
       residual = y;
     }

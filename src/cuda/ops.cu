@@ -193,10 +193,14 @@ __global__ void silu_mul_kernel(float* g, const float* u, int64_t n) {
 // of a llama3-8b token: 0.8 TB/s over q and k, 4x the time of the memory traffic (H200, 2026-12-01).
 constexpr int kRopeRowThreads = 256;
 __global__ void __launch_bounds__(kRopeRowThreads) rope_rows_kernel(float* q, int n_q, float* k, int n_k,
-                                                                    int head_dim, int pos0, RopeParams p) {
+                                                                    int head_dim, int pos0, RopeParams p,
+                                                                    float2* cs_out) {
   __shared__ float2 cs[512];
   const int t = blockIdx.x, half = p.dim / 2;
-  for (int i = threadIdx.x; i < half; i += kRopeRowThreads) cs[i] = detail::rope_cos_sin(i, pos0 + t, p);
+  for (int i = threadIdx.x; i < half; i += kRopeRowThreads) {
+    cs[i] = detail::rope_cos_sin(i, pos0 + t, p);
+    if (cs_out) cs_out[size_t(t) * half + i] = cs[i];
+  }
   __syncthreads();
   for (int j = threadIdx.x; j < (n_q + n_k) * half; j += kRopeRowThreads) {
     const int h = j / half, i = j % half;
@@ -291,10 +295,11 @@ cudaError_t silu_mul(float* g, const float* u, int64_t n, cudaStream_t s) {
 }
 
 cudaError_t rope_rows(float* q, int n_q, float* k, int n_k, int n_tok, int head_dim, int pos0, const RopeParams& p,
-                      cudaStream_t s) {
-  if (p.dim < 2 || p.dim > head_dim || p.dim > 1024) return cudaErrorInvalidValue;
+                      cudaStream_t s, float2* cs_out) {
+  if (p.dim < 2 || p.dim > head_dim || p.dim > 1024 || (!q && n_q > 0) || (!k && n_k > 0))
+    return cudaErrorInvalidValue;
   if (n_tok <= 0) return cudaSuccess;
-  rope_rows_kernel<<<n_tok, kRopeRowThreads, 0, s>>>(q, n_q, k, n_k, head_dim, pos0, p);
+  rope_rows_kernel<<<n_tok, kRopeRowThreads, 0, s>>>(q, n_q, k, n_k, head_dim, pos0, p, cs_out);
   return cudaGetLastError();
 }
 

@@ -43,9 +43,11 @@ cudaError_t add_rmsnorm_half(float* x, const float* y, const float* w, void* out
 cudaError_t add(float* x, const float* y, int64_t n, cudaStream_t s);
 cudaError_t add_rows(float* x, const float* b, int rows, int n, cudaStream_t s);
 cudaError_t silu_mul(float* g, const float* u, int64_t n, cudaStream_t s);
-// n_tok tokens of q (n_q heads: [n_tok][n_q][head_dim]) and k (n_k heads) at positions pos0 + t.
+// n_tok tokens of q (n_q heads: [n_tok][n_q][head_dim]) and k (n_k heads) at positions pos0 + t; q may be null
+// with n_q 0. cs_out, if set: each token's cos and sin (times mscale) of the p.dim / 2 pairs, [n_tok][p.dim / 2], for
+// a kernel that rotates q itself (prefill_attention's QRope).
 cudaError_t rope_rows(float* q, int n_q, float* k, int n_k, int n_tok, int head_dim, int pos0, const RopeParams& p,
-                      cudaStream_t s);
+                      cudaStream_t s, float2* cs_out = nullptr);
 
 // One token's q (n_q heads) and k (n_k heads) in one launch, at position *pos_dev.
 cudaError_t rope_qk(float* q, int n_q, float* k, int n_k, int head_dim, const int* pos_dev, const RopeParams& p,

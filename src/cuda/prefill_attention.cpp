@@ -62,7 +62,7 @@ namespace {
 
 // out16: null for f32 output into out.
 void run_prefill(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, float* out, uint16_t* out16,
-                 bool bf16, cudaStream_t stream) {
+                 bool bf16, cudaStream_t stream, QRope rope) {
   if (!prefill_supported(kv.codec, kv.head_dim))
     fail("CUDA prefill attention: no kernel for codec {} with head_dim {} (supported: 64, 128)",
          int(kv.codec) < kv::kNumCodecs ? kv::codec(kv.codec).name : "?", kv.head_dim);
@@ -83,19 +83,21 @@ void run_prefill(const KvView& kv, const float* q, int n_tok, int pos0, int n_he
   a.out16 = out16;
   a.out_bf16 = bf16;
   a.signs = kv::layout::rotated(kv.codec) ? codec_tables().signs.as<float>() : nullptr;
+  a.rope = rope.cs;
+  a.rope_neox = rope.neox;
   check(detail::launch_prefill(a, stream), "prefill attention launch");
 }
 
 }  // namespace
 
 void prefill_attention(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, float* out,
-                       cudaStream_t stream) {
-  run_prefill(kv, q, n_tok, pos0, n_heads, out, nullptr, false, stream);
+                       cudaStream_t stream, QRope rope) {
+  run_prefill(kv, q, n_tok, pos0, n_heads, out, nullptr, false, stream, rope);
 }
 
 void prefill_attention_half(const KvView& kv, const float* q, int n_tok, int pos0, int n_heads, void* out,
-                            bool bf16, cudaStream_t stream) {
-  run_prefill(kv, q, n_tok, pos0, n_heads, nullptr, static_cast<uint16_t*>(out), bf16, stream);
+                            bool bf16, cudaStream_t stream, QRope rope) {
+  run_prefill(kv, q, n_tok, pos0, n_heads, nullptr, static_cast<uint16_t*>(out), bf16, stream, rope);
 }
 
 }  // namespace kvtax::cuda

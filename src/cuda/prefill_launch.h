@@ -22,6 +22,9 @@ struct PrefillArgs : PagedKvArgs {
   bool out_bf16;
   const float* signs;  // rotated codecs: the rotation's D signs; q is rotated as it is staged, the output
                        // rotated back before it is stored (kv/rotation.h's steps). Null otherwise.
+  const float2* rope;  // set: q is RoPE-turned as it is staged, before any codec rotation: pair i of chunk row t by
+                       // rope[t * D / 2 + i] (cos, sin); pairs of halves with rope_neox, else adjacent pairs
+  bool rope_neox;
 };
 
 cudaError_t launch_prefill(const PrefillArgs& a, cudaStream_t s);

@@ -9,6 +9,7 @@
 #include "cuda/mma.cuh"
 #include "cuda/prefill_launch.h"
 #include "cuda/prefill_tiles.cuh"
+#include "cuda/rope.cuh"
 #include "cuda/rotate_regs.cuh"
 
 namespace kvtax::cuda::detail {
@@ -31,20 +32,52 @@ __device__ __forceinline__ float q_scale() {
   return rsqrtf(float(D)) * kLog2e;
 }
 
+// Chunk row t's RoPE factors (cos, sin) from pair i on (PrefillArgs::rope).
+template <int D>
+__device__ __forceinline__ const float2* rope_row(const PrefillArgs& a, int r, int i) {
+  return a.rope + size_t(row_pos(a, r) - a.pos0) * (D / 2) + i;
+}
+
 // The block's q rows r_block.. (kRows of them, position-major within the GQA group) scaled by log2 e / sqrt(d),
-// as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>): 4 values per thread per step.
+// as f16 rows laid out by Layout (PaddedTile<D> or Sw128Tile<D, kRows>), RoPE-turned first where a.rope is set:
+// 4 values per thread per step, and with neox pairs also the 4 values D / 2 on (their partners).
 template <int D, int kThreads, int kRows, class Layout>
 __device__ __forceinline__ void stage_q_plain(const PrefillArgs& a, int h, int r_block, __half* q_s) {
   const float qs = q_scale<D>();
-  for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
-    const int r = i / (D / 4), d0 = (i % (D / 4)) * 4;
-    const float4 x = *reinterpret_cast<const float4*>(a.q + row_offset(a, h, r_block + r, D) + d0);
+  auto store4 = [&](int r, int d0, float4 x) {
     *reinterpret_cast<uint2*>(q_s + Layout::at(r, d0 / 8) + d0 % 8) =
         make_uint2(pack_half2(x.x * qs, x.y * qs), pack_half2(x.z * qs, x.w * qs));
+  };
+  if (a.rope && a.rope_neox) {
+    for (int i = threadIdx.x; i < kRows * D / 8; i += kThreads) {
+      const int r = i / (D / 8), d0 = (i % (D / 8)) * 4;
+      const float* x = a.q + row_offset(a, h, r_block + r, D) + d0;
+      const float4 lo = *reinterpret_cast<const float4*>(x), hi = *reinterpret_cast<const float4*>(x + D / 2);
+      const float4* c = reinterpret_cast<const float4*>(rope_row<D>(a, r_block + r, d0));
+      const float4 c01 = c[0], c23 = c[1];
+      const float2 p0 = rope_turn(lo.x, hi.x, make_float2(c01.x, c01.y));
+      const float2 p1 = rope_turn(lo.y, hi.y, make_float2(c01.z, c01.w));
+      const float2 p2 = rope_turn(lo.z, hi.z, make_float2(c23.x, c23.y));
+      const float2 p3 = rope_turn(lo.w, hi.w, make_float2(c23.z, c23.w));
+      store4(r, d0, make_float4(p0.x, p1.x, p2.x, p3.x));
+      store4(r, d0 + D / 2, make_float4(p0.y, p1.y, p2.y, p3.y));
+    }
+    return;
+  }
+  for (int i = threadIdx.x; i < kRows * D / 4; i += kThreads) {
+    const int r = i / (D / 4), d0 = (i % (D / 4)) * 4;
+    float4 x = *reinterpret_cast<const float4*>(a.q + row_offset(a, h, r_block + r, D) + d0);
+    if (a.rope) {  // adjacent pairs (d0, d0 + 1), (d0 + 2, d0 + 3)
+      const float4 c = *reinterpret_cast<const float4*>(rope_row<D>(a, r_block + r, d0 / 2));
+      const float2 p0 = rope_turn(x.x, x.y, make_float2(c.x, c.y)), p1 = rope_turn(x.z, x.w, make_float2(c.z, c.w));
+      x = make_float4(p0.x, p0.y, p1.x, p1.y);
+    }
+    store4(r, d0, x);
   }
 }
 
-// As stage_q_plain, rotating each row first (rotated codecs): one warp per row.
+// As stage_q_plain, rotating each row first (rotated codecs): one warp per row, RoPE before the rotation (a neox
+// pair's values sit 16 lanes apart).
 template <int D, int kThreads, int kRows, class Layout>
 __device__ __forceinline__ void stage_q_rotated(const PrefillArgs& a, int h, int r_block, __half* q_s) {
   constexpr int kPer = D / 32;
@@ -60,6 +93,23 @@ __device__ __forceinline__ void stage_q_rotated(const PrefillArgs& a, int h, int
     } else {
       const float2 x2 = *reinterpret_cast<const float2*>(x);
       v[0] = x2.x, v[1] = x2.y;
+    }
+    if (a.rope && a.rope_neox) {
+      const bool low = lane < 16;
+      const float2* c = rope_row<D>(a, r_block + r, low ? d0 : d0 - D / 2);
+#pragma unroll
+      for (int j = 0; j < kPer; ++j) {
+        const float other = __shfl_xor_sync(0xffffffffu, v[j], 16);
+        const float2 p = low ? rope_turn(v[j], other, c[j]) : rope_turn(other, v[j], c[j]);
+        v[j] = low ? p.x : p.y;
+      }
+    } else if (a.rope) {
+      const float2* c = rope_row<D>(a, r_block + r, d0 / 2);
+#pragma unroll
+      for (int j = 0; j < kPer; j += 2) {
+        const float2 p = rope_turn(v[j], v[j + 1], c[j / 2]);
+        v[j] = p.x, v[j + 1] = p.y;
+      }
     }
     rotate_warp<D>(v, a.signs, lane);
     __half* dst = q_s + Layout::at(r, d0 / 8) + d0 % 8;

@@ -18,12 +18,18 @@ __device__ __forceinline__ float2 rope_cos_sin(int i, int pos, const ops::RopePa
   return make_float2(__fmul_rn(cosf(th), p.mscale), __fmul_rn(sinf(th), p.mscale));
 }
 
+// One pair (x0, x1) turned by cs = (cos, sin), in the CPU's float steps.
+__device__ __forceinline__ float2 rope_turn(float x0, float x1, float2 cs) {
+  return make_float2(__fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y)),
+                     __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x)));
+}
+
 // Rotates pair i of one head's values v (global or shared memory) by cs = rope_cos_sin(i, ...).
 __device__ __forceinline__ void rope_rotate(float* v, int i, float2 cs, const ops::RopeParams& p) {
   const int half = p.dim / 2, a = p.neox ? i : 2 * i, b = p.neox ? i + half : 2 * i + 1;
-  const float x0 = v[a], x1 = v[b];
-  v[a] = __fsub_rn(__fmul_rn(x0, cs.x), __fmul_rn(x1, cs.y));
-  v[b] = __fadd_rn(__fmul_rn(x0, cs.y), __fmul_rn(x1, cs.x));
+  const float2 r = rope_turn(v[a], v[b], cs);
+  v[a] = r.x;
+  v[b] = r.y;
 }
 
 // v: one head's values; i < p.dim / 2.

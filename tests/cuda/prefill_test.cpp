@@ -12,6 +12,7 @@
 #include "core/error.h"
 #include "core/f16.h"
 #include "cuda/gemm.h"
+#include "cuda/ops.h"
 #include "cuda/prefill_attention.h"
 #include "cuda/prefill_launch.h"
 #include "cuda/prefill_ops.h"
@@ -141,6 +142,64 @@ TEST(CudaPrefill, HalfOutputIsTheRoundedFloatOutput) {
   }
 }
 
+// RoPE applied to q by the attention as it stages it (QRope, the factors ops::rope_rows writes) gives the output
+// of ops::rope_rows on q first, bit for bit: the same float steps, before the codec's rotation where there is one.
+// Adjacent pairs and neox halves (with llama3 divisors), chunks past position 0, both kernels; q is not written.
+TEST(CudaPrefill, RopeAppliedAsQIsStagedIsRopeRowsFirst) {
+  REQUIRE_GPU();
+  const int n_kv = 2, n_heads = 8, pos0 = 40, n = 77, len = pos0 + n;
+  uint64_t seed = 4900;
+  for (int d : {64, 128}) {
+    std::vector<float> factors(size_t(d / 2));
+    for (int i = 0; i < d / 2; ++i) factors[size_t(i)] = 1.0f + 0.125f * float(i % 7);
+    cuda::Buffer fd(factors.size() * 4);
+    fd.upload(factors.data(), factors.size() * 4);
+    for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::f32, kv::CodecId::q4r}) {
+      KvCache cache({1, n_kv, d}, parse_kv_spec(kv::codec(c).name), size_t(len));
+      const auto k = gaussian(size_t(len) * n_kv * d, seed++), v = gaussian(size_t(len) * n_kv * d, seed++);
+      const auto q = gaussian(size_t(n) * n_heads * d, seed++);
+      cache.append(0, len, k.data(), v.data());
+      cache.commit(len);
+      cuda::DeviceKv dkv(c, n_kv, d, len);
+      dkv.copy_from(cache, 0);
+      cuda::Buffer q0(q.size() * 4), q1(q.size() * 4), o0(q.size() * 4), o1(q.size() * 4);
+      cuda::Buffer cs(size_t(n) * d / 2 * sizeof(float2));
+      for (bool neox : {false, true}) {
+        cuda::ops::RopeParams rp;
+        rp.neox = neox;
+        rp.dim = d;
+        rp.theta_scale = std::pow(500000.0f, -2.0f / float(d));
+        rp.factor = neox ? fd.as<float>() : nullptr;
+        for (const char* kernel : {"mma", "wgmma"}) {
+          if (std::string(kernel) == "wgmma" && (d != 128 || !cuda::detail::prefill_wgmma_available())) continue;
+          setenv("KVTAX_PREFILL_KERNEL", kernel, 1);
+          q0.upload(q.data(), q.size() * 4);
+          q1.upload(q.data(), q.size() * 4);
+          o0.fill(0xff);
+          o1.fill(0xfe);
+          cs.fill(0xff);
+          cuda::check(cuda::ops::rope_rows(q0.as<float>(), n_heads, nullptr, 0, n, d, pos0, rp, nullptr), "rope");
+          cuda::prefill_attention(dkv.view(), q0.as<float>(), n, pos0, n_heads, o0.as<float>());
+          cuda::check(cuda::ops::rope_rows(nullptr, 0, nullptr, 0, n, d, pos0, rp, nullptr, cs.as<float2>()), "cs");
+          cuda::prefill_attention(dkv.view(), q1.as<float>(), n, pos0, n_heads, o1.as<float>(), nullptr,
+                                  cuda::QRope{cs.as<float2>(), neox});
+          cuda::check(cudaDeviceSynchronize(), "rope in the prefill test");
+          std::vector<float> a(q.size()), b(q.size()), qa(q.size());
+          o0.download(a.data(), a.size() * 4);
+          o1.download(b.data(), b.size() * 4);
+          q1.download(qa.data(), qa.size() * 4);
+          const std::string what = std::string(kv::codec(c).name) + " d " + std::to_string(d) + (neox ? " neox " : " ") +
+                                   kernel;
+          for (float x : a) ASSERT_TRUE(std::isfinite(x)) << what << ": unwritten output";
+          EXPECT_EQ(a, b) << what;
+          EXPECT_EQ(qa, q) << what << ": q changed";
+        }
+        unsetenv("KVTAX_PREFILL_KERNEL");
+      }
+    }
+  }
+}
+
 TEST(CudaPrefill, RejectsBadCalls) {
   REQUIRE_GPU();
   cuda::DeviceKv kv(kv::CodecId::f16, 2, 128, 300);
@@ -199,6 +258,44 @@ TEST(CudaGemm, EveryTypeMatchesReference) {
       // Columns past the part stay as they were (NaN): the GEMM writes only its rows.
       EXPECT_TRUE(std::isnan(y[size_t(ldy - 1)])) << ggml_type_name(t);
     }
+}
+
+// The quantized weights as bf16, value by value, vs the CPU's dequantization rounded to bf16: a rows range that
+// starts past row 0, into a poisoned scratch. The device may contract d * q - m into one fma, so a value may land
+// one bf16 step from the CPU's (never more); a wrong nibble, scale or position is many steps off.
+TEST(CudaGemm, DequantizedRowsAreTheCpuValuesInBf16) {
+  REQUIRE_GPU();
+  const int64_t rows = 37, cols = 768, row0 = 5, take = 30;
+  uint32_t seed = 950;
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    const auto wf = random_normal(rows * cols, seed++);
+    const size_t rb = ggml_row_bytes(t, uint64_t(cols));
+    std::vector<uint8_t> wq(rb * rows);
+    for (int64_t r = 0; r < rows; ++r) quantize_row(t, wf.data() + r * cols, wq.data() + r * rb, cols);
+    cuda::DeviceWeight w(t, rows, cols, wq.data());
+    cuda::Buffer out(size_t(take * cols) * 2 + 16);
+    out.fill(0xff);
+    cuda::check(cuda::detail::dequant_rows_bf16(t, w.data(), rb, row0, take, int(cols), out.get(), nullptr),
+                "dequant");
+    cuda::check(cudaDeviceSynchronize(), "dequant test");
+    std::vector<uint16_t> got(size_t(take * cols) + 8);
+    out.download(got.data(), got.size() * 2);
+    std::vector<float> ref(static_cast<size_t>(cols));
+    int off_by_one = 0;
+    for (int64_t r = 0; r < take; ++r) {
+      dequantize_row(t, wq.data() + (row0 + r) * rb, ref.data(), cols);
+      for (int64_t c = 0; c < cols; ++c) {
+        const uint16_t a = got[size_t(r * cols + c)], b = f32_to_bf16(ref[size_t(c)]);
+        const float va = bf16_to_f32(a), vb = bf16_to_f32(b);
+        // One bf16 step (8 significant bits), or float rounding where d * q and m nearly cancel.
+        ASSERT_LE(std::abs(va - vb), std::ldexp(std::abs(vb), -7) + 1e-6f)
+            << ggml_type_name(t) << " row " << row0 + r << " col " << c << ": " << va << " vs " << ref[size_t(c)];
+        off_by_one += a != b;
+      }
+    }
+    EXPECT_LE(off_by_one, take * cols / 100) << ggml_type_name(t);
+    for (int k = 0; k < 8; ++k) EXPECT_EQ(got[size_t(take * cols + k)], 0xffff) << "written past the rows";
+  }
 }
 
 // The prefill's 16-bit path: one rounding of x shared by several products (run_rounded), outputs written as
