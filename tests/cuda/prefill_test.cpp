@@ -29,6 +29,17 @@ using kvtax::testing::gaussian;
 using kvtax::testing::outliers;
 using kvtax::testing::rel_l2;
 
+// A device KV of codec c holding k and v ([len][n_kv][d]) as the CPU cache encodes them, in one append.
+cuda::DeviceKv device_kv(kv::CodecId c, int n_kv, int d, int len, const std::vector<float>& k,
+                         const std::vector<float>& v) {
+  KvCache cache({1, n_kv, d}, parse_kv_spec(kv::codec(c).name), size_t(len));
+  cache.append(0, len, k.data(), v.data());
+  cache.commit(len);
+  cuda::DeviceKv dkv(c, n_kv, d, len);
+  dkv.copy_from(cache, 0);
+  return dkv;
+}
+
 struct Shape { int n_kv, n_heads, d, pos0, n; };
 
 // The K/V tiles and q go through f16 on the tensor cores (11-bit significands, f32 accumulation), so the
@@ -106,13 +117,9 @@ TEST(CudaPrefill, HalfOutputIsTheRoundedFloatOutput) {
   uint64_t seed = 4700;
   for (kv::CodecId c : {kv::CodecId::f32, kv::CodecId::f16, kv::CodecId::fp8, kv::CodecId::q4, kv::CodecId::bf16,
                         kv::CodecId::q4r, kv::CodecId::tq3}) {
-    KvCache cache({1, n_kv, d}, parse_kv_spec(kv::codec(c).name), size_t(n));
     const auto k = gaussian(size_t(n) * n_kv * d, seed++), v = gaussian(size_t(n) * n_kv * d, seed++);
     const auto q = gaussian(size_t(n) * n_heads * d, seed++);
-    cache.append(0, n, k.data(), v.data());
-    cache.commit(n);
-    cuda::DeviceKv dkv(c, n_kv, d, n);
-    dkv.copy_from(cache, 0);
+    cuda::DeviceKv dkv = device_kv(c, n_kv, d, n, k, v);
     cuda::Buffer qd(q.size() * 4), out(q.size() * 4), h1(q.size() * 2), h2(q.size() * 2);
     for (const char* kernel : {"mma", "wgmma"}) {
       if (std::string(kernel) == "wgmma" && !cuda::detail::prefill_wgmma_available()) continue;
@@ -155,13 +162,9 @@ TEST(CudaPrefill, RopeAppliedAsQIsStagedIsRopeRowsFirst) {
     cuda::Buffer fd(factors.size() * 4);
     fd.upload(factors.data(), factors.size() * 4);
     for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::f32, kv::CodecId::q4r}) {
-      KvCache cache({1, n_kv, d}, parse_kv_spec(kv::codec(c).name), size_t(len));
       const auto k = gaussian(size_t(len) * n_kv * d, seed++), v = gaussian(size_t(len) * n_kv * d, seed++);
       const auto q = gaussian(size_t(n) * n_heads * d, seed++);
-      cache.append(0, len, k.data(), v.data());
-      cache.commit(len);
-      cuda::DeviceKv dkv(c, n_kv, d, len);
-      dkv.copy_from(cache, 0);
+      cuda::DeviceKv dkv = device_kv(c, n_kv, d, len, k, v);
       cuda::Buffer q0(q.size() * 4), q1(q.size() * 4), o0(q.size() * 4), o1(q.size() * 4);
       cuda::Buffer cs(size_t(n) * d / 2 * sizeof(float2));
       for (bool neox : {false, true}) {
