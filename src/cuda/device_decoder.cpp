@@ -186,12 +186,13 @@ void CudaDecoder::run(const int32_t* tokens, int n, bool all_logits, const Take&
     if (tokens[t] < 0 || uint32_t(tokens[t]) >= c.n_vocab) fail("token id {} outside the vocabulary", tokens[t]);
   ensure_pages(n_past_ + n);
   int32_t* io = io_host_.as<int32_t>();
+  io_n_ = n;
   for (int t = 0; t < n; ++t) {
     io[size_t(t)] = tokens[t];
-    io[size_t(kMaxBatch + t)] = n_past_ + t;
-    io[size_t(2 * kMaxBatch + t)] = n_past_ + t + 1;
+    io[size_t(n + t)] = n_past_ + t;
+    io[size_t(2 * n + t)] = n_past_ + t + 1;
   }
-  check(cudaMemcpyAsync(io_.get(), io, io_.bytes(), cudaMemcpyHostToDevice, stream_), "token upload");
+  check(cudaMemcpyAsync(io_.get(), io, size_t(3 * n) * 4, cudaMemcpyHostToDevice, stream_), "token upload");
   const bool batched = n > 1 && batched_ && prefill_supported(codec_, int(c.head_dim));
   if (batched) {
     for (int off = 0; off < n; off += chunk_) {
@@ -270,7 +271,9 @@ void CudaDecoder::run_graph() {
 }
 
 void CudaDecoder::replay_graph(int n) {
-  if (!graph_exec_) fail("--device cuda: no decode step graph to replay (run one single-token eval first)");
+  // The graph reads its token's position from io_ as a single-token eval packs it.
+  if (!graph_exec_ || io_n_ != 1)
+    fail("--device cuda: no decode step graph to replay (run a single-token eval just before)");
   for (int i = 0; i < n; ++i) check(cudaGraphLaunch(graph_exec_, stream_), "graph launch");
   check(cudaStreamSynchronize(stream_), "graph replay");
 }
@@ -290,8 +293,8 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   void* ns = norm_scratch_.get();
   double* ss = ss_part_.as<double>();
   const int32_t* id = io_.as<int32_t>() + t;
-  const int* pos = io_.as<int32_t>() + kMaxBatch + t;
-  const int* len = io_.as<int32_t>() + 2 * kMaxBatch + t;
+  const int* pos = io_.as<int32_t>() + io_n_ + t;
+  const int* len = io_.as<int32_t>() + 2 * io_n_ + t;
 
   // The residual add and the norm before the GEMVs that read xb; when one of them quantizes x, the norm also
   // writes x's int8 codes into the norm scratch, and those GEMVs skip their own pass over x. Fused (fused_norm_),

@@ -112,7 +112,9 @@ class CudaDecoder : public DeviceDecoder {
   // GEMV's residual epilogue never overwrites codes its own blocks still read), and its blocks' sums of squares.
   Buffer norm_scratch_, ss_part_;
   bool fused_norm_ = true;  // the residual adds and norms run in the wo / down GEMVs (KVTAX_FUSED_NORM=0: kernels)
-  Buffer io_;                     // int32 [3][kMaxBatch]: token ids, positions, lengths (position + 1)
+  Buffer io_;                     // int32 [3][n] of the current eval of n tokens: ids, positions, lengths (position
+                                  // + 1); packed, so a decode step uploads 12 bytes (the graph is captured at n 1)
+  int io_n_ = 1;
   HostBuffer io_host_;            // io_'s values, page-locked (so is logits_host_: the one-row logits' way out)
   HostBuffer logits_host_;
   Buffer pick_;           // the picks' scratch (pick.h), then the index picked (eval_pick)
