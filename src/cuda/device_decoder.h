@@ -24,7 +24,7 @@ class CudaDecoder : public DeviceDecoder {
   static constexpr int kMaxBatch = 32768;
   // Every chunk reads all the weights (quantized ones are also expanded to bf16 for its GEMMs), so longer chunks read
   // them fewer times. 16-bit weights: 8192 rows (H200, session 12: 0.014-0.027 s off 4096's TTFT of a 32k prompt;
-  // 16384 no faster). Quantized weights: 32768 rows where their activations (prefill_row_bytes(), 0.2 MB a row at
+  // 16384 no faster). Quantized weights: 32768 rows where their activations (prefill_row_bytes(), 0.23 MB a row at
   // llama3-8b's width) take at most half the free memory, else 16384 (H200, Q4_K weights, f32 KV, TTFT of a 32k
   // prompt: 16384 rows 0.024-0.039 s faster than 4096, session 12; 32768 1.483-1.493 s against 16384's
   // 1.497-1.498, session 29).

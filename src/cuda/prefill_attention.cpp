@@ -1,5 +1,6 @@
 #include "cuda/prefill_attention.h"
 
+#include <cstdint>
 #include <cstdlib>
 #include <string>
 
@@ -73,6 +74,8 @@ void run_prefill(const KvView& kv, const float* q, int n_tok, int pos0, int n_he
          pos0, kv.len, kv.max_len);
   if (int64_t(n_tok) * n_heads > (int64_t(1) << 28))
     fail("CUDA prefill attention: chunk of {} tokens x {} heads is too large", n_tok, n_heads);
+  if (reinterpret_cast<uintptr_t>(rope.cs) % 16 != 0)
+    fail("CUDA prefill attention: RoPE factors at {} are not 16-byte aligned", static_cast<const void*>(rope.cs));
   detail::PrefillArgs a{};
   static_cast<detail::PagedKvArgs&>(a) = detail::paged_kv_args(kv, n_heads, q, out);
   a.n_tok = n_tok;

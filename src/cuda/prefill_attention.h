@@ -15,8 +15,8 @@ namespace kvtax::cuda {
 bool prefill_supported(kv::CodecId codec, int head_dim);
 
 // RoPE for the kernel to apply to q as it stages it, so that q takes no pass of its own through memory: pair i of
-// chunk row t turns by cs[t * head_dim / 2 + i] (cos, sin; ops::rope_rows writes them with cs_out), over all
-// head_dim values; halves (neox) or adjacent pairs. The same float steps as ops::rope_rows.
+// chunk row t turns by cs[t * head_dim / 2 + i] (cos, sin; ops::rope_rows writes them with cs_out; 16-byte
+// aligned), over all head_dim values; halves (neox) or adjacent pairs. The same float steps as ops::rope_rows.
 struct QRope {
   const float2* cs = nullptr;
   bool neox = false;

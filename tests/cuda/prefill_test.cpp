@@ -210,6 +210,9 @@ TEST(CudaPrefill, RejectsBadCalls) {
   cuda::Buffer q(100 * 8 * 128 * 4), out(100 * 8 * 128 * 4);
   EXPECT_THROW(cuda::prefill_attention(kv.view(), q.as<float>(), 50, 10, 8, out.as<float>()), Error);  // 60 != 100
   EXPECT_THROW(cuda::prefill_attention(kv.view(), q.as<float>(), 50, 50, 7, out.as<float>()), Error);  // 7 % 2
+  const auto* odd = reinterpret_cast<const float2*>(q.as<float>() + 2);  // RoPE factors off 16-byte alignment
+  EXPECT_THROW(cuda::prefill_attention(kv.view(), q.as<float>(), 50, 50, 8, out.as<float>(), nullptr, {odd, false}),
+               Error);
   cuda::DeviceKv wide(kv::CodecId::f16, 1, 256, 10);
   wide.set_len(4);
   EXPECT_THROW(cuda::prefill_attention(wide.view(), q.as<float>(), 4, 0, 1, out.as<float>()), Error);  // d 256
