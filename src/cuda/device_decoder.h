@@ -24,7 +24,7 @@ class CudaDecoder : public DeviceDecoder {
   static constexpr int kMaxBatch = 32768;
   // Every chunk reads all the weights (quantized ones are also expanded to bf16 for its GEMMs), so longer chunks read
   // them fewer times. 16-bit weights: 8192 rows (H200, session 12: 0.014-0.027 s off 4096's TTFT of a 32k prompt;
-  // 16384 no faster). Quantized weights: 32768 rows where their activations (prefill_row_bytes(), 0.23 MB a row at
+  // 16384 no faster). Quantized weights: 32768 rows where their activations (prefill_row_bytes(), 0.18 MB a row at
   // llama3-8b's width) take at most half the free memory, else 16384 (H200, Q4_K weights, f32 KV, TTFT of a 32k
   // prompt: 16384 rows 0.024-0.039 s faster than 4096, session 12; 32768 1.483-1.493 s against 16384's
   // 1.497-1.498, session 29).
@@ -94,6 +94,7 @@ class CudaDecoder : public DeviceDecoder {
   // Logits of row t of the last prefill chunk into logits_ (output norm + GEMV).
   void chunk_logits(int t);
   void ensure_prefill_buffers();
+  float* f32_rows(Buffer& b, size_t width);  // b, allocated for chunk_ rows of width floats if it is not yet
   void init();  // after pool_, capacity_ and max_pages_ are set: page table, activations, stream
   void ensure_pages(int tokens);
   void release_pages(int keep);  // pages beyond the first `keep` of every layer go back to the pool
@@ -122,8 +123,8 @@ class CudaDecoder : public DeviceDecoder {
   cudaStream_t stream_ = nullptr;
   bool use_graph_ = true, graph_failed_ = false, batched_ = true;
   int chunk_ = 4096;  // set by init()
-  // Prefill activations for chunk_ rows (allocated on the first batched eval): residual, its norm, q, k, v,
-  // attention output, the projection / down output, gate and up.
+  // Prefill activations for chunk_ rows (allocated on the first batched eval): residual, q, k, v, gate and up; the
+  // f32 paths' norm, attention output and projection / down output only on their first use (f32_rows).
   Buffer px_, pxb_, pq_, pk_, pv_, patt_, py_, pg_, pu_;
   Buffer pcs_;  // the chunk's RoPE factors, [chunk][head_dim / 2] float2, for the attention to turn q (QRope)
   size_t prefill_bytes_ = 0;

@@ -15,8 +15,9 @@ namespace kvtax::cuda {
 size_t CudaDecoder::prefill_row_bytes() const {
   const ModelConfig& c = b_.model().config();
   const size_t d = c.d_model, qd = size_t(c.n_heads) * c.head_dim, kvd = size_t(c.n_kv_heads) * c.head_dim;
-  // ensure_prefill_buffers' f32 rows and RoPE factors, and the GEMMs' 16-bit input (GemmRunner::input)
-  return 4 * (3 * d + 2 * qd + 2 * kvd + 2 * size_t(c.d_ff)) + 4 * size_t(c.head_dim) + 2 * std::max(d, size_t(c.d_ff));
+  // ensure_prefill_buffers' f32 rows and RoPE factors, and the GEMMs' 16-bit input (GemmRunner::input); the f32
+  // paths' buffers (f32_rows) come on top where a model takes them
+  return 4 * (d + qd + 2 * kvd + 2 * size_t(c.d_ff)) + 4 * size_t(c.head_dim) + 2 * std::max(d, size_t(c.d_ff));
 }
 
 int CudaDecoder::default_chunk() const {
@@ -43,14 +44,22 @@ void CudaDecoder::ensure_prefill_buffers() {
   const size_t n = size_t(chunk_), d = c.d_model, qd = size_t(c.n_heads) * c.head_dim;
   const size_t kvd = size_t(c.n_kv_heads) * c.head_dim, ff = c.d_ff;
   auto f32 = [n](size_t w) { return Buffer(n * w * 4); };
-  px_ = f32(d); pxb_ = f32(d); pq_ = f32(qd); pk_ = f32(kvd); pv_ = f32(kvd); patt_ = f32(qd);
-  py_ = f32(d); pg_ = f32(ff); pu_ = f32(ff);
+  px_ = f32(d); pq_ = f32(qd); pk_ = f32(kvd); pv_ = f32(kvd); pg_ = f32(ff); pu_ = f32(ff);
   pcs_ = Buffer(n * c.head_dim / 2 * sizeof(float2));
   if (!gemm_) gemm_ = std::make_unique<GemmRunner>(stream_);
   size_t bytes = 0;
-  for (const Buffer* p : {&px_, &pxb_, &pq_, &pk_, &pv_, &patt_, &py_, &pg_, &pu_, &pcs_}) bytes += p->bytes();
+  for (const Buffer* p : {&px_, &pq_, &pk_, &pv_, &pg_, &pu_, &pcs_}) bytes += p->bytes();
   b_.account(bytes, prefill_bytes_);
   prefill_bytes_ = bytes;
+}
+
+float* CudaDecoder::f32_rows(Buffer& b, size_t width) {
+  if (!b.get()) {
+    b = Buffer(size_t(chunk_) * width * 4);
+    b_.account(b.bytes(), 0);
+    prefill_bytes_ += b.bytes();
+  }
+  return b.as<float>();
 }
 
 namespace {
@@ -72,9 +81,12 @@ void CudaDecoder::run_chunk(int off, int n) {
   cudaStream_t s = stream_;
   ensure_prefill_buffers();
   const size_t gemm_before = gemm_->device_bytes();
-  float *x = px_.as<float>(), *xb = pxb_.as<float>(), *q = pq_.as<float>(), *k = pk_.as<float>();
-  float *v = pv_.as<float>(), *att = patt_.as<float>(), *y = py_.as<float>(), *g = pg_.as<float>();
-  float* u = pu_.as<float>();
+  float *x = px_.as<float>(), *q = pq_.as<float>(), *k = pk_.as<float>(), *v = pv_.as<float>();
+  float *g = pg_.as<float>(), *u = pu_.as<float>();
+  // The f32 paths' buffers (F32 weights, products of mixed input types, one-row chunks), allocated on first use.
+  auto xb = [&] { return f32_rows(pxb_, size_t(d)); };
+  auto att = [&] { return f32_rows(patt_, size_t(qd)); };
+  auto y = [&] { return f32_rows(py_, size_t(d)); };
   GemmRunner& G = *gemm_;
   const DeviceWeight& E = b_.embedding();
   check(ops::embed(E.type(), E.data(), E.row_bytes(), io_.as<int32_t>() + off, n, d, x, s), "embed");
@@ -89,7 +101,7 @@ void CudaDecoder::run_chunk(int off, int n) {
       return xh;
     }
     if (r) check(ops::add(x, r, int64_t(n) * d, s), "residual");
-    check(ops::rmsnorm(x, nw, xb, n, d, eps, s), "rmsnorm");
+    check(ops::rmsnorm(x, nw, xb(), n, d, eps, s), "rmsnorm");
     return nullptr;
   };
   for (int l = 0; l < int(c.n_layers); ++l) {
@@ -103,7 +115,7 @@ void CudaDecoder::run_chunk(int off, int n) {
       if (const void* xh = norm_input(w.attn_norm.as<float>(), half, GemmRunner::takes_bf16(*m[0]))) {
         for (int i = 0; i < 3; ++i) G.run_rounded(*m[i], r0[i], nr[i], xh, n, dst[i], nr[i], GemmRunner::Out::f32);
       } else {
-        for (int i = 0; i < 3; ++i) G.run(*m[i], r0[i], nr[i], xb, n, dst[i], nr[i]);
+        for (int i = 0; i < 3; ++i) G.run(*m[i], r0[i], nr[i], xb(), n, dst[i], nr[i]);
       }
     }
     if (w.bq.get()) {
@@ -128,9 +140,9 @@ void CudaDecoder::run_chunk(int off, int n) {
       prefill_attention_half(kv, q, n, pos0, nh, ah, GemmRunner::takes_bf16(*w.wo), s, qr);
       G.run_rounded(*w.wo, 0, d, ah, n, x, d, GemmRunner::Out::add);  // straight into the residual stream
     } else {
-      prefill_attention(kv, q, n, pos0, nh, att, s, qr);
-      G.run(*w.wo, 0, d, att, n, y, d);
-      residual = y;
+      prefill_attention(kv, q, n, pos0, nh, att(), s, qr);
+      G.run(*w.wo, 0, d, att(), n, y(), d);
+      residual = y();
     }
     const DeviceWeight& gw = w.gate_up ? *w.gate_up : *w.gate;
     const DeviceWeight& uw = w.gate_up ? *w.gate_up : *w.up;
@@ -149,15 +161,15 @@ void CudaDecoder::run_chunk(int off, int n) {
       G.run_rounded(*w.down, 0, d, u, n, x, d, GemmRunner::Out::add);
     } else {
       if (w.gate_up) {
-        G.run(*w.gate_up, 0, ff, xb, n, g, ff);
-        G.run(*w.gate_up, ff, ff, xb, n, u, ff);
+        G.run(*w.gate_up, 0, ff, xb(), n, g, ff);
+        G.run(*w.gate_up, ff, ff, xb(), n, u, ff);
       } else {
-        G.run(*w.gate, 0, ff, xb, n, g, ff);
-        G.run(*w.up, 0, ff, xb, n, u, ff);
+        G.run(*w.gate, 0, ff, xb(), n, g, ff);
+        G.run(*w.up, 0, ff, xb(), n, u, ff);
       }
       check(ops::silu_mul(g, u, int64_t(n) * ff, s), "silu");
-      G.run(*w.down, 0, d, g, n, y, d);
-      residual = y;
+      G.run(*w.down, 0, d, g, n, y(), d);
+      residual = y();
     }
   }
   if (residual) check(ops::add(x, residual, int64_t(n) * d, s), "residual");
