@@ -128,6 +128,18 @@ __device__ __forceinline__ void stage_q(const PrefillArgs& a, int h, int r_block
     stage_q_plain<D, kThreads, kRows, Layout>(a, h, r_block, q_s);
 }
 
+// Row r's and row r + 8's q as the A fragments of D / 16 m64nNk16 products (the mma.sync m16n8k16 A layout; c is
+// lane % 4), read from q staged by stage_q in Sw128Tile<D, kRows>: the swizzle puts a warp's 8 rows in distinct
+// banks.
+template <int D, class Layout>
+__device__ __forceinline__ void q_fragments(const __half* q_s, int r, int c, uint32_t (&qf)[D / 16][4]) {
+#pragma unroll
+  for (int ks = 0; ks < D / 16; ++ks)
+#pragma unroll
+    for (int e = 0; e < 4; ++e)
+      qf[ks][e] = *reinterpret_cast<const uint32_t*>(q_s + Layout::at(r + 8 * (e & 1), 2 * ks + e / 2) + 2 * c);
+}
+
 // One online-softmax step over kN keys kj.. for one warp's rows g and g + 8 (positions pa, pb): scores s (base 2,
 // C fragments) are masked where causal, the running maxima and sums (ma, mb, la, lb) and the output o rise to
 // include them, and the weights come back as f16 A fragments of P (pf[k] covers keys 16k..16k+15).

@@ -2,12 +2,12 @@
 // every other case, is prefill_attention.cu).
 //
 // Rows of one GQA group are taken position-major as in the mma.sync kernel, so each decoded K/V tile serves every
-// query head of the group. Per tile of N keys (128 for f16 rows, 64 for the decoding codecs) a warpgroup of 64
-// rows computes S = Q K^T as 8 wgmma m64nNk16 with q and K read by the tensor cores straight from shared memory,
-// runs the online softmax on the accumulators, and adds P V as N / 16 wgmma m64n128k16 with P in registers and V
-// read from shared memory transposed (N-major). The tiles sit in shared memory in the 128-byte swizzle wgmma reads
-// (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there directly, the other codecs are decoded there from raw
-// copies, as in the mma.sync kernel.
+// query head of the group. Per tile of N keys (128 for f16 rows, 64 for the decoding codecs) a warpgroup of 64 rows
+// computes S = Q K^T as 8 wgmma m64nNk16 (K from shared memory, q from registers for 64-key tiles and from shared
+// memory for 128-key ones), runs the online softmax on the accumulators, and adds P V as N / 16 wgmma m64n128k16 with
+// P in registers and V read from shared memory transposed (N-major). The tiles sit in shared memory in the 128-byte
+// swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there directly, the other codecs are
+// decoded there from raw copies, as in the mma.sync kernel.
 //
 // A single-role form (every warpgroup copies or decodes, then multiplies, one barrier per tile) measured slower on
 // the H200 for every codec (docs/perf.md, "Session 9") and was removed.
@@ -30,17 +30,16 @@ using kv::CodecId;
 template <CodecId C>
 constexpr bool kDirect = C == CodecId::f16;
 
-// Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into the stages: f16
-// rows by cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3
-// consume them, 64 query rows each, with q in shared memory as the A operand; setmaxnreg moves registers from the
-// producers (56) to the consumers (200). One producer warpgroup left the decoding codecs producer-bound (H200,
-// 2026-12-01: fp8 attention 0.905 -> 0.852 s at 32k with two, tq3 1.157 -> 1.110). The consumers take turns (named
-// barriers 1 and 2) to issue S(t) together with P V(t-1), so one's softmax runs while the other's products
-// keep the tensor cores busy; no product is ever in flight during a softmax. Stage hand-off by mbarriers: full
-// (every producer thread arrives once its part of the tile is written and fenced) and empty (one thread per
-// consumer arrives once its products over the tile have completed). Every consumer runs every tile of the block,
-// even one wholly in its rows' future (masked to zero weight): a wgmma on a path that depends on the thread makes
-// ptxas serialize all of them.
+// Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into the stages: f16 rows by
+// cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3 consume
+// them, 64 query rows each; setmaxnreg moves registers from the producers (56) to the consumers (200). One producer
+// warpgroup left the decoding codecs producer-bound (H200, 2026-12-01: fp8 attention 0.905 -> 0.852 s at 32k with
+// two, tq3 1.157 -> 1.110). The consumers take turns (named barriers 1 and 2) to issue S(t) together with P V(t-1),
+// so one's softmax runs while the other's products keep the tensor cores busy; no product is ever in flight during a
+// softmax. Stage hand-off by mbarriers: full (every producer thread arrives once its part of the tile is written and
+// fenced) and empty (one thread per consumer arrives once its products over the tile have completed). Every consumer
+// runs every tile of the block, even one wholly in its rows' future (masked to zero weight): a wgmma on a path that
+// depends on the thread makes ptxas serialize all of them.
 // Producer threads (the first warpgroups) and all threads of the block.
 constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 
@@ -190,6 +189,14 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   const int pa = row_pos(a, r_warp + g), pb = row_pos(a, r_warp + g + 8), warp_min = row_pos(a, r_warp);
   // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
   const uint64_t q_desc = sw128_desc(smem_addr(q_s) + cw * 64 * 128, 16, 1024);
+  // 64-key tiles take q from registers: an m64n64k16 product with both operands in shared memory reads 4 KiB there
+  // for 32 cycles of tensor work, as much as the shared-memory pipe gives in that time, while the producers also
+  // use the pipe (H200, session 30: attention at 32k, Q4_K weights, f32 0.711-0.719 -> 0.647-0.649 s, fp8
+  // 0.665-0.670 -> 0.629-0.635, q4 0.737 -> 0.623, q4r unchanged). 128-key tiles keep q in shared memory: their
+  // scores leave no room for it in the 200 registers.
+  constexpr bool kQRegs = kKeys == 64;
+  uint32_t qf[kQRegs ? D / 16 : 1][4];
+  if constexpr (kQRegs) q_fragments<D, Sw128Tile<D, kRows>>(q_s, r_warp - r_block + g, c4, qf);
   float o[D / 8][4];
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
@@ -208,9 +215,13 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     float s[kKeys / 8][4];
     wgmma_fence();
 #pragma unroll
-    for (int ks = 0; ks < D / 16; ++ks)  // K-major q and K: dims ks*16.. are 32 bytes into 64-dim block ks / 4
-      wgmma_f16_ss<kKeys>(s, q_desc + (((ks / 4) * kRows * 128 + (ks % 4) * 32) >> 4),
-                          k_desc + (((ks / 4) * kKeys * 128 + (ks % 4) * 32) >> 4), ks > 0);
+    for (int ks = 0; ks < D / 16; ++ks) {  // K-major q and K: dims ks*16.. are 32 bytes into 64-dim block ks / 4
+      const uint64_t k_at = k_desc + (((ks / 4) * kKeys * 128 + (ks % 4) * 32) >> 4);
+      if constexpr (kQRegs)
+        wgmma_f16<kKeys, false>(s, qf[ks], k_at, ks > 0);
+      else
+        wgmma_f16_ss<kKeys>(s, q_desc + (((ks / 4) * kRows * 128 + (ks % 4) * 32) >> 4), k_at, ks > 0);
+    }
     if (t > 0) issue_pv(t - 1);
     wgmma_commit();
     bar_arrive<256>(2 - cw);  // the other consumer's turn
