@@ -3,8 +3,8 @@
 //
 // Rows of one GQA group are taken position-major as in the mma.sync kernel, so each decoded K/V tile serves every
 // query head of the group. Per tile of N keys (128 for f16 rows, 64 for the decoding codecs) a warpgroup of 64 rows
-// computes S = Q K^T as 8 wgmma m64nNk16 (K from shared memory, q from registers for 64-key tiles and from shared
-// memory for 128-key ones), runs the online softmax on the accumulators, and adds P V as N / 16 wgmma m64n128k16 with
+// computes S = Q K^T as 8 wgmma m64nNk16 (K from shared memory, q from registers), runs the online softmax on the
+// accumulators, and adds P V as N / 16 wgmma m64n128k16 with
 // P in registers and V read from shared memory transposed (N-major). The tiles sit in shared memory in the 128-byte
 // swizzle wgmma reads (prefill_tiles.cuh, Sw128Tile): f16 rows are copied there directly, the other codecs are
 // decoded there from raw copies, as in the mma.sync kernel.
@@ -115,7 +115,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   if constexpr (kSplit) cluster_sync();  // the peer's barriers too, before anything arrives on them
 
   if (wg < kProducerGroups) {  // producer
-    regs_dec<56>();
+    if constexpr (kDirect<C>) regs_dec<24>(); else regs_dec<56>();
     const uint32_t raw_bytes = uint32_t(kTile * a.row_bytes);
     auto fetch_raw = [&](int t) {  // one thread: K rows and V rows of tile t (split: K or V), bulk copies
       if (t >= n_tiles) return;
@@ -183,20 +183,20 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     return;
   }
 
-  regs_inc<200>();  // 256 x 56 + 256 x 200 = the SM's 64K registers
+  // 256 x 56 + 256 x 200 (f16: 24 + 232) = the SM's 64K registers. f16's producers only issue bulk copies; its
+  // consumers hold 128-key scores and q's fragments at once.
+  if constexpr (kDirect<C>) regs_inc<232>(); else regs_inc<200>();
   // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
   const int cw = wg - kProducerGroups, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
   const int pa = row_pos(a, r_warp + g), pb = row_pos(a, r_warp + g + 8), warp_min = row_pos(a, r_warp);
   // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
-  const uint64_t q_desc = sw128_desc(smem_addr(q_s) + cw * 64 * 128, 16, 1024);
-  // 64-key tiles take q from registers: an m64n64k16 product with both operands in shared memory reads 4 KiB there
+  // q's A fragments stay in registers: an m64n64k16 product with both operands in shared memory reads 4 KiB there
   // for 32 cycles of tensor work, as much as the shared-memory pipe gives in that time, while the producers also
-  // use the pipe (H200, session 30: attention at 32k, Q4_K weights, f32 0.711-0.719 -> 0.647-0.649 s, fp8
-  // 0.665-0.670 -> 0.629-0.635, q4 0.737 -> 0.623, q4r unchanged). 128-key tiles keep q in shared memory: their
-  // scores leave no room for it in the 200 registers.
-  constexpr bool kQRegs = kKeys == 64;
-  uint32_t qf[kQRegs ? D / 16 : 1][4];
-  if constexpr (kQRegs) q_fragments<D, Sw128Tile<D, kRows>>(q_s, r_warp - r_block + g, c4, qf);
+  // use the pipe (H200, attention at 32k, Q4_K weights; session 30: f32 0.711-0.719 -> 0.647-0.649 s, fp8
+  // 0.665-0.670 -> 0.629-0.635, q4 0.737 -> 0.623, q4r unchanged; session 31, f16's 128-key tiles: 0.634-0.636 ->
+  // 0.619-0.620).
+  uint32_t qf[D / 16][4];
+  q_fragments<D, Sw128Tile<D, kRows>>(q_s, r_warp - r_block + g, c4, qf);
   float o[D / 8][4];
 #pragma unroll
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
@@ -217,10 +217,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
 #pragma unroll
     for (int ks = 0; ks < D / 16; ++ks) {  // K-major q and K: dims ks*16.. are 32 bytes into 64-dim block ks / 4
       const uint64_t k_at = k_desc + (((ks / 4) * kKeys * 128 + (ks % 4) * 32) >> 4);
-      if constexpr (kQRegs)
-        wgmma_f16<kKeys, false>(s, qf[ks], k_at, ks > 0);
-      else
-        wgmma_f16_ss<kKeys>(s, q_desc + (((ks / 4) * kRows * 128 + (ks % 4) * 32) >> 4), k_at, ks > 0);
+      wgmma_f16<kKeys, false>(s, qf[ks], k_at, ks > 0);
     }
     if (t > 0) issue_pv(t - 1);
     wgmma_commit();

@@ -1,8 +1,9 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a only): four warps issue one asynchronous m64nNk16 product whose B operand
-// the tensor cores read from shared memory through a matrix descriptor. A comes either from registers, in the
-// mma.sync m16n8k16 A layout per warp (warp w of the group holds rows 16w..16w+15), or from shared memory like B
-// (wgmma_f16_ss). The f32 accumulators are laid out as mma.sync's C fragments, 8 columns per [j][4] group
+// the tensor cores read from shared memory through a matrix descriptor. A comes from registers, in the mma.sync
+// m16n8k16 A layout per warp (warp w of the group holds rows 16w..16w+15); an A read from shared memory as well
+// would double the shared-memory bytes per product (prefill_wgmma.cu). The f32 accumulators are laid out as
+// mma.sync's C fragments, 8 columns per [j][4] group
 // (cuda/mma.cuh). Also here: the named barriers and register-budget moves of warp-specialized kernels.
 //
 // Everything here compiles to nothing outside sm_90a (kHasWgmma false): callers keep another path for those.
@@ -115,34 +116,6 @@ __device__ __forceinline__ void wgmma_f16(float (&d)[N / 8][4], const uint32_t (
         "{%64, %65, %66, %67}, %68, p, 1, 1, %70;\n}\n"
         : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4), KVTAX_ACC16(d, 8), KVTAX_ACC16(d, 12)
         : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "l"(b_desc), "r"(int(accumulate)), "n"(int(kTransB)));
-  }
-#endif
-}
-
-// d (+)= a b, m64 x N x k16 (N = 64 or 128), both operands K-major in shared memory (descriptors).
-template <int N>
-__device__ __forceinline__ void wgmma_f16_ss(float (&d)[N / 8][4], uint64_t a_desc, uint64_t b_desc,
-                                             bool accumulate) {
-#if KVTAX_WGMMA
-  if constexpr (N == 64) {
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %34, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n64k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-        "%23, %24, %25, %26, %27, %28, %29, %30, %31}, %32, %33, p, 1, 1, 0, 0;\n}\n"
-        : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4)
-        : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
-  } else {
-    static_assert(N == 128, "m64n64k16 and m64n128k16 only");
-    asm volatile(
-        "{\n .reg .pred p;\n setp.ne.b32 p, %66, 0;\n"
-        "wgmma.mma_async.sync.aligned.m64n128k16.f32.f16.f16 "
-        "{%0, %1, %2, %3, %4, %5, %6, %7, %8, %9, %10, %11, %12, %13, %14, %15, %16, %17, %18, %19, %20, %21, %22, "
-        "%23, %24, %25, %26, %27, %28, %29, %30, %31, %32, %33, %34, %35, %36, %37, %38, %39, %40, %41, %42, %43, "
-        "%44, %45, %46, %47, %48, %49, %50, %51, %52, %53, %54, %55, %56, %57, %58, %59, %60, %61, %62, %63}, "
-        "%64, %65, p, 1, 1, 0, 0;\n}\n"
-        : KVTAX_ACC16(d, 0), KVTAX_ACC16(d, 4), KVTAX_ACC16(d, 8), KVTAX_ACC16(d, 12)
-        : "l"(a_desc), "l"(b_desc), "r"(int(accumulate)));
   }
 #endif
 }
