@@ -189,7 +189,6 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
   const int cw = wg - kProducerGroups, r_warp = r_block + 64 * cw + 16 * ((tid / 32) % 4);
   const int pa = row_pos(a, r_warp + g), pb = row_pos(a, r_warp + g + 8), warp_min = row_pos(a, r_warp);
-  // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
   // q's A fragments stay in registers: an m64n64k16 product with both operands in shared memory reads 4 KiB there
   // for 32 cycles of tensor work, as much as the shared-memory pipe gives in that time, while the producers also
   // use the pipe (H200, attention at 32k, Q4_K weights; session 30: f32 0.711-0.719 -> 0.647-0.649 s, fp8
@@ -202,6 +201,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
   for (int dn = 0; dn < D / 8; ++dn) o[dn][0] = o[dn][1] = o[dn][2] = o[dn][3] = 0.0f;
   float ma = -INFINITY, mb = -INFINITY, la = 0.0f, lb = 0.0f;
   uint32_t pf[kKeys / 16][4];
+  // Descriptors step by adding (bytes >> 4) to the start address field: offsets stay inside the 256 KiB window.
   auto issue_pv = [&](int t) {  // O += P(t) V(t); N-major V: keys kk*16.. are 16 rows of 128 bytes further
     const uint64_t v_desc = sw128_desc(smem_addr(tile(t) + kKeys * D), kKeys * 128, 1024);
 #pragma unroll

@@ -1,10 +1,10 @@
 #pragma once
 // Hopper warpgroup MMA (wgmma, sm_90a only): four warps issue one asynchronous m64nNk16 product whose B operand
 // the tensor cores read from shared memory through a matrix descriptor. A comes from registers, in the mma.sync
-// m16n8k16 A layout per warp (warp w of the group holds rows 16w..16w+15); an A read from shared memory as well
-// would double the shared-memory bytes per product (prefill_wgmma.cu). The f32 accumulators are laid out as
-// mma.sync's C fragments, 8 columns per [j][4] group
-// (cuda/mma.cuh). Also here: the named barriers and register-budget moves of warp-specialized kernels.
+// m16n8k16 A layout per warp (warp w of the group holds rows 16w..16w+15): read from shared memory as well, it would
+// add its bytes to every product's share of that pipe (prefill_wgmma.cu). The f32 accumulators are laid out as
+// mma.sync's C fragments, 8 columns per [j][4] group (cuda/mma.cuh). Also here: the named barriers and
+// register-budget moves of warp-specialized kernels.
 //
 // Everything here compiles to nothing outside sm_90a (kHasWgmma false): callers keep another path for those.
 #include <cuda_runtime.h>
