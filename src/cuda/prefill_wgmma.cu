@@ -31,15 +31,15 @@ template <CodecId C>
 constexpr bool kDirect = C == CodecId::f16;
 
 // Warp-specialized form (FlashAttention-3's shape). Warpgroups 0-1 produce the K/V tiles into the stages: f16 rows by
-// cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3 consume
-// them, 64 query rows each; setmaxnreg moves registers from the producers (56) to the consumers (200). One producer
-// warpgroup left the decoding codecs producer-bound (H200, 2026-12-01: fp8 attention 0.905 -> 0.852 s at 32k with
-// two, tq3 1.157 -> 1.110). The consumers take turns (named barriers 1 and 2) to issue S(t) together with P V(t-1),
-// so one's softmax runs while the other's products keep the tensor cores busy; no product is ever in flight during a
-// softmax. Stage hand-off by mbarriers: full (every producer thread arrives once its part of the tile is written and
-// fenced) and empty (one thread per consumer arrives once its products over the tile have completed). Every consumer
-// runs every tile of the block, even one wholly in its rows' future (masked to zero weight): a wgmma on a path that
-// depends on the thread makes ptxas serialize all of them.
+// cp.async, the other codecs by decoding raw tiles that bulk copies bring two tiles ahead. Warpgroups 2-3 consume them,
+// 64 query rows each; setmaxnreg moves registers from the producers (56; f16's, which only issue copies, 24) to the
+// consumers (200; f16's 232). One producer warpgroup left the decoding codecs producer-bound (H200, 2026-12-01: fp8
+// attention 0.905 -> 0.852 s at 32k with two, tq3 1.157 -> 1.110). The consumers take turns (named barriers 1 and 2) to
+// issue S(t) together with P V(t-1), so one's softmax runs while the other's products keep the tensor cores busy; no
+// product is ever in flight during a softmax. Stage hand-off by mbarriers: full (every producer thread arrives once its
+// part of the tile is written and fenced) and empty (one thread per consumer arrives once its products over the tile
+// have completed). Every consumer runs every tile of the block, even one wholly in its rows' future (masked to zero
+// weight): a wgmma on a path that depends on the thread makes ptxas serialize all of them.
 // Producer threads (the first warpgroups) and all threads of the block.
 constexpr int kProducers = 256, kWsThreads = kProducers + 256;
 
@@ -183,7 +183,7 @@ __global__ void __launch_bounds__(kWsThreads, 1) prefill_ws_kernel(PrefillArgs a
     return;
   }
 
-  // 256 x 56 + 256 x 200 (f16: 24 + 232) = the SM's 64K registers. f16's producers only issue bulk copies; its
+  // 256 x 56 + 256 x 200 (f16: 24 + 232) = the SM's 64K registers. f16's producers only issue cp.async copies; its
   // consumers hold 128-key scores and q's fragments at once.
   if constexpr (kDirect<C>) regs_inc<232>(); else regs_inc<200>();
   // Consumers: warpgroup cw = wg - 1 owns rows r_block + 64 cw ..; warp w of it rows 16 w ..
