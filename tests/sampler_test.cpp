@@ -3,6 +3,7 @@
 #include <algorithm>
 #include <cmath>
 #include <functional>
+#include <limits>
 #include <random>
 #include <vector>
 
@@ -20,6 +21,36 @@ TEST(Sampler, GreedyAndTopK1PickTheArgmax) {
   o.top_k = 1;
   Sampler s(o);
   for (int i = 0; i < 20; ++i) EXPECT_EQ(s.sample(l.data(), 4), 1);
+}
+
+// Greedy skips NaN logits wherever they sit (a NaN first one once made the vector maximum NaN and greedy pick token 0),
+// and so does a draw with cuts (NaNs are never candidates); a draw over the whole vocabulary has no finite total with a
+// NaN in it and picks nothing, as the device's draw. Logits with nothing to pick give kNoPick, never an arbitrary
+// token.
+TEST(Sampler, NaNLogitsAreSkippedAndAllNaNPicksNothing) {
+  const float nan = std::numeric_limits<float>::quiet_NaN(), inf = std::numeric_limits<float>::infinity();
+  std::vector<float> l(100, -1.0f);
+  l[0] = nan, l[7] = nan, l[20] = nan, l[63] = 2.5f;
+  EXPECT_EQ(argmax(l.data(), 100), 63);
+  EXPECT_EQ(argmax(l.data(), 3), 1);  // the scalar path: first of the equal -1s after the NaN
+  SamplerOptions cut;  // the defaults: top-k 40, top-p 0.95, min-p 0.05
+  cut.temperature = 1.0f;
+  SamplerOptions plain = cut;
+  plain.top_k = 0, plain.top_p = 1.0f, plain.min_p = 0.0f;
+  Sampler s(cut);
+  for (int i = 0; i < 50; ++i) {
+    const int32_t t = s.sample(l.data(), 100);
+    ASSERT_GE(t, 0);
+    EXPECT_FALSE(std::isnan(l[size_t(t)])) << "a NaN logit drawn: " << t;
+  }
+  EXPECT_EQ(Sampler(plain).sample(l.data(), 100), kNoPick);
+  const std::vector<float> all_nan(100, nan), all_ninf(100, -inf);
+  EXPECT_EQ(argmax(all_nan.data(), 100), kNoPick);
+  EXPECT_EQ(Sampler(SamplerOptions{}).sample(all_nan.data(), 100), kNoPick);
+  for (const SamplerOptions& o : {cut, plain}) {
+    EXPECT_EQ(Sampler(o).sample(all_nan.data(), 100), kNoPick);
+    EXPECT_EQ(Sampler(o).sample(all_ninf.data(), 100), kNoPick);
+  }
 }
 
 TEST(Sampler, TemperatureDrawsFollowSoftmax) {

@@ -4,9 +4,11 @@
 // the pool, the prefix cache through truncate, device out-of-memory as 503).
 #include <gtest/gtest.h>
 
+#include <algorithm>
 #include <atomic>
 #include <barrier>
 #include <climits>
+#include <limits>
 #include <thread>
 
 #include <nlohmann/json.hpp>
@@ -38,6 +40,7 @@ class FakePool : public DeviceKvPool {
 struct FakeState {
   std::atomic<int> evals{0};
   int oom_at_eval = -1;     // that eval (0-based, over all decoders) throws DeviceOutOfMemory
+  int nan_at_eval = -1;     // that eval's logits come out NaN (a forward pass that overflowed)
   size_t oom_pool_above = SIZE_MAX;  // kv_pool of more bytes throws DeviceOutOfMemory
   int oom_prepare_above = INT_MAX;   // prepare() for more rows throws DeviceOutOfMemory
   int decoders = 0, prepared = 0;
@@ -50,7 +53,8 @@ class FakeDecoder : public DeviceDecoder {
       : fw_(m, kv, max_context, 512, tp), pool_(std::move(pool)), st_(st) {}
   ~FakeDecoder() override { give_back(0); }
   void eval(const int32_t* tokens, int n, float* logits, bool all_logits) override {
-    if (st_.evals++ == st_.oom_at_eval) throw DeviceOutOfMemory("fake device: out of memory");
+    const int e = st_.evals++;
+    if (e == st_.oom_at_eval) throw DeviceOutOfMemory("fake device: out of memory");
     const size_t need = size_t(n_past() + n + kPageTokens - 1) / kPageTokens;
     if (need > pages_) {
       const size_t more = (need - pages_) * size_t(pool_->layers_);
@@ -59,6 +63,8 @@ class FakeDecoder : public DeviceDecoder {
       pages_ = need;
     }
     fw_.eval(tokens, n, logits, all_logits);
+    if (e == st_.nan_at_eval)
+      std::fill_n(logits, size_t(all_logits ? n : 1) * model().config().n_vocab, std::numeric_limits<float>::quiet_NaN());
   }
   int n_past() const override { return fw_.n_past(); }
   int max_context() const override { return fw_.max_context(); }
@@ -268,6 +274,39 @@ TEST_F(ServeDevice, DeviceOutOfMemoryIs503AndFreesKv) {
   EXPECT_EQ(metric(m, "kvtax_kv_bytes_used"), 0) << m;
   EXPECT_EQ(metric(m, "kvtax_requests_running"), 0);
   auto again = c->Post("/v1/completions", completion("Once", 5).dump(), "application/json");  // still serving
+  ASSERT_TRUE(again);
+  EXPECT_EQ(again->status, 200) << again->body;
+}
+
+// NaN logits fail their own request with a 500 that says so, free its KV, and leave the other request running beside
+// it (and the server) untouched.
+TEST_F(ServeDevice, NaNLogitsFailOnlyTheirRequest) {
+  FakeState st;
+  FakeBackend dev(*tiny_->model, st);
+  auto o = options();
+  o.device = &dev;
+  kvtax::testing::TestServer s(*tiny_->model, o);
+  st.nan_at_eval = st.evals + 4;
+  auto post = [&](const char* prompt) -> std::pair<int, std::string> {
+    auto x = kvtax::testing::client(s.port())->Post("/v1/completions", completion(prompt, 20).dump(), "application/json");
+    return x ? std::pair{x->status, x->body} : std::pair{-1, std::string("no response")};
+  };
+  std::pair<int, std::string> r[2];
+  std::thread other([&] { r[1] = post("Lily"); });
+  r[0] = post("Once");
+  other.join();
+  int failed = 0;
+  for (const auto& [status, body] : r) {
+    if (status == 200) continue;
+    ++failed;
+    EXPECT_EQ(status, 500) << body;
+    EXPECT_NE(body.find("NaN"), std::string::npos) << body;
+  }
+  EXPECT_EQ(failed, 1);
+  auto c = kvtax::testing::client(s.port());
+  const std::string m = c->Get("/metrics")->body;
+  EXPECT_EQ(metric(m, "kvtax_kv_bytes_used"), 0) << m;
+  auto again = c->Post("/v1/completions", completion("Once", 5).dump(), "application/json");
   ASSERT_TRUE(again);
   EXPECT_EQ(again->status, 200) << again->body;
 }

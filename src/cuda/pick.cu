@@ -85,7 +85,7 @@ __global__ void __launch_bounds__(kThreads) argmax_kernel(const float* x, int n,
   }
   warp_best(v, i);
   if (threadIdx.x == 0) {
-    *out = i == INT_MAX ? 0 : i;
+    *out = i == INT_MAX ? -1 : i;  // every value NaN: no pick (kNoPick)
     s->arrived = 0;
   }
 }
@@ -140,8 +140,8 @@ __global__ void __launch_bounds__(kThreads) draw_kernel(const float* x, int n, f
       range = 2 * lane + k, top = m[k], rest = (target - pre[k]) / exp(double(m[k]) - double(mx));
   }
   __syncthreads();
-  if (range < 0) {  // no positive finite weight anywhere
-    if (threadIdx.x == 0) *out = 0, s->arrived = 0;
+  if (range < 0) {  // no positive finite weight anywhere: no pick (kNoPick)
+    if (threadIdx.x == 0) *out = -1, s->arrived = 0;
     return;
   }
   // The range walked by all threads, each over a contiguous share: sums, their prefix, then the share that holds the

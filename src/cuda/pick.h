@@ -13,12 +13,13 @@ namespace kvtax::cuda {
 size_t pick_scratch_bytes();
 
 // *out = the index of x's largest value, the first of equal ones, as the CPU sampler's argmax picks it; NaNs are
-// skipped (0 when every value is NaN). One launch; out is device memory.
+// skipped (-1, the sampler's kNoPick, when every value is NaN). One launch; out is device memory.
 cudaError_t argmax(const float* x, int n, void* scratch, int32_t* out, cudaStream_t s);
 
 // *out = a draw from softmax(x * inv_t) (inv_t > 0) at u in [0, 1): the first index whose running sum of weights, in
 // index order, passes u times their total, as the CPU sampler draws with no cut (the last index with weight if
-// rounding leaves the sum short of it; 0 when the weights have no positive finite total: a NaN logit, or all -inf).
+// rounding leaves the sum short of it; -1, kNoPick, when the weights have no positive finite total: a NaN logit, or
+// all -inf).
 // One launch; out is device memory.
 cudaError_t draw(const float* x, int n, float inv_t, double u, void* scratch, int32_t* out, cudaStream_t s);
 

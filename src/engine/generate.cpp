@@ -121,8 +121,13 @@ std::optional<TokenPick> Generation::pick() {
 void Generation::advance(int32_t picked) {
   if (!pick_given_) fail("generation: advance(token) without a pick() for these tokens");
   given_ = picked;
-  advance();
-  given_ = -1;
+  try {
+    advance();
+  } catch (...) {
+    given_.reset();
+    throw;
+  }
+  given_.reset();
 }
 
 void Generation::advance() {
@@ -149,12 +154,17 @@ void Generation::sample() {
   int32_t next;
   if (o_.teacher) {
     next = (*o_.teacher)[size_t(i)];
-  } else if (given_ >= 0) {
-    next = given_;
-    sampler_.accept(next);  // the window sample() would have kept
+  } else if (given_) {
+    next = *given_;
+    if (next != kNoPick) sampler_.accept(next);  // the window sample() would have kept
   } else {
     next = sampler_.sample(logits_, n_vocab);
   }
+  // NaN logits (an overflow in the forward pass, e.g. activations beyond a 16-bit format's range) pick nothing: the
+  // generation stops with an error rather than emit an arbitrary token.
+  if (next == kNoPick)
+    fail("the logits after {} tokens are NaN (or carry no weight): the forward pass overflowed; no token generated",
+         n_past_);
   const double now = now_seconds();
   if (i == 0) st.ttft_s = now - t0_;
   else st.itl_s.push_back(now - t_last_);

@@ -109,7 +109,7 @@ class Generation {
   int pending_ = 0;    // tokens handed out by next() and not yet advanced over
   int n_past_ = 0, max_context_ = 0, max_new_ = 0;
   int32_t next_token_ = 0;
-  int32_t given_ = -1;       // advance(picked)'s token for sample(), or -1
+  std::optional<int32_t> given_;  // advance(picked)'s token for sample()
   bool pickable_ = false;    // the sampler can pick without the logits, and nothing else needs them
   bool pick_given_ = false;  // pick() returned a pick for the tokens handed out
   bool done_ = false;

@@ -56,7 +56,11 @@ int32_t argmax(const float* logits, int n) {
   const float m = max_value(logits, n);
   for (int i = 0; i < n; ++i)
     if (logits[i] == m) return i;  // the first of equal maxima, as std::max_element
-  return 0;                        // NaN maximum
+  // m is NaN: a NaN first logit stays the maximum unless a number beats it; then look among the numbers.
+  int best = kNoPick;
+  for (int i = 0; i < n; ++i)
+    if (!std::isnan(logits[i]) && (best == kNoPick || logits[i] > logits[best])) best = i;
+  return best;
 }
 
 Sampler::Sampler(const SamplerOptions& o) : o_(o), rng_(o.seed) {}
@@ -87,7 +91,7 @@ void Sampler::accept(int32_t token) {
 int32_t Sampler::sample(const float* logits, int n_vocab) {
   const float* l = o_.repeat_penalty != 1.0f ? penalized(logits, n_vocab) : logits;
   const int32_t picked = o_.temperature <= 0.0f ? argmax(l, n_vocab) : draw(l, n_vocab);
-  accept(picked);
+  if (picked != kNoPick) accept(picked);
   return picked;
 }
 
@@ -112,7 +116,8 @@ void Sampler::top_candidates(const float* logits, int n, int k) {
     return by_logit(a, b);  // a min-heap in by_logit's order: its front is the candidate to give up first
   };
   cand_.clear();
-  for (int i = 0; i < k; ++i) cand_.emplace_back(logits[i], i);
+  // A NaN logit is never a candidate's value (it would break the sort's order): -inf, which no cut keeps with weight.
+  for (int i = 0; i < k; ++i) cand_.emplace_back(std::isnan(logits[i]) ? -INFINITY : logits[i], i);
   std::make_heap(cand_.begin(), cand_.end(), heap_less);
   float least = cand_.front().first;
   auto consider = [&](int i) {
@@ -144,6 +149,7 @@ int32_t Sampler::draw(const float* logits, int n) {
     const float inv_t = 1.0f / o_.temperature;
     for (int i = 0; i < n; ++i) w[size_t(i)] = logits[i] * inv_t;
     const double total = math.exp_sum(w.data(), n, mx * inv_t);
+    if (!(total > 0 && total < HUGE_VAL)) return kNoPick;  // NaN logits, or no weight anywhere
     double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
     int i = 0;
     while (i + 1 < n && (u -= w[size_t(i)]) >= 0) ++i;
@@ -184,6 +190,7 @@ int32_t Sampler::draw(const float* logits, int n) {
     // Draw from the kept candidates at the temperature (p is reused for the weights).
     double total = 0;
     for (size_t i = 0; i < keep; ++i) total += p[i] = std::exp(double(cand_[i].first - mx) / o_.temperature);
+    if (!(total > 0 && total < HUGE_VAL)) return kNoPick;
     double u = std::uniform_real_distribution<double>(0.0, total)(rng_);
     size_t i = 0;
     while (i + 1 < keep && (u -= p[i]) >= 0) ++i;

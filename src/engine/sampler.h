@@ -10,6 +10,9 @@
 
 namespace kvtax {
 
+// What a pick returns where the logits hold no token to pick (Sampler::sample, argmax, Decoder::eval_pick).
+constexpr int32_t kNoPick = -1;
+
 struct SamplerOptions {
   float temperature = 0.0f;
   int top_k = 40;          // <= 0: off
@@ -23,7 +26,9 @@ struct SamplerOptions {
 class Sampler {
  public:
   explicit Sampler(const SamplerOptions& o);
-  // Picks the next token from logits[n_vocab] (logits are not modified) and remembers it for the penalty.
+  // Picks the next token from logits[n_vocab] (logits are not modified) and remembers it for the penalty. Greedy and
+  // draws with cuts pass over NaN logits; a draw with no cut (the device's, too) finds no finite total with a NaN in
+  // it. kNoPick when nothing is left to pick: the forward pass has failed.
   int32_t sample(const float* logits, int n_vocab);
   // Whether a decoder holding the logits can pick as sample() would (Decoder::eval_pick): greedy, or a draw with no
   // cut (no top-k below n_vocab, top-p 1, min-p 0) and no repetition penalty.
@@ -48,6 +53,7 @@ class Sampler {
   std::vector<int32_t> seen_;
 };
 
+// The first of the largest logits, NaNs skipped; kNoPick when every logit is NaN.
 int32_t argmax(const float* logits, int n);
 
 }  // namespace kvtax

@@ -26,8 +26,9 @@ class Decoder {
   // Where eval() writes one row of logits fastest, or nullptr where every buffer is as good: a device decoder's
   // page-locked row, which the device copies into with no host copy after it. Valid as long as the decoder.
   virtual float* logits_row() { return nullptr; }
-  // eval_pick() runs like eval() and returns the last row's token as `pick` says, instead of its logits. Only where
-  // has_pick() (a device decoder: the logits stay where they are).
+  // eval_pick() runs like eval() and returns the last row's token as `pick` says, instead of its logits (-1, the
+  // sampler's kNoPick, where they offer none: all NaN). Only where has_pick() (a device decoder: the logits stay
+  // where they are).
   virtual bool has_pick() const { return false; }
   virtual int32_t eval_pick(const int32_t* tokens, int n, const TokenPick& pick);
   virtual int n_past() const = 0;

@@ -1,6 +1,7 @@
 #include "serve/scheduler.h"
 
 #include <chrono>
+#include <optional>
 #include <new>
 
 #include "core/error.h"
@@ -51,7 +52,7 @@ struct Scheduler::Slot {
   size_t need = 0;              // KV bytes the running request was admitted with
   uint64_t stamp = 0;           // admission order while running; last use while idle
   double t_start = 0;
-  int32_t picked = -1;          // the engine's pick of this step's token (EngineRows::pick), or -1
+  std::optional<int32_t> picked;  // the engine's pick of this step's token, where it picks (EngineRows::pick)
 };
 
 Scheduler::Scheduler(const Model& m, const SchedulerConfig& c, Metrics& metrics, DeviceBackend* device)
@@ -250,9 +251,9 @@ void Scheduler::step() {
       finished.push_back(s);
       continue;
     }
-    s->picked = -1;
     const std::optional<TokenPick> pick = engine_->picks() ? s->gen->pick() : std::nullopt;
-    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(), pick, pick ? &s->picked : nullptr});
+    s->picked = pick ? std::optional<int32_t>(kNoPick) : std::nullopt;
+    rows.push_back({s->cache.get(), t.data(), int(t.size()), s->gen->logits(), pick, pick ? &*s->picked : nullptr});
     in.push_back(s);
     budget -= int(t.size());
   }
@@ -272,8 +273,13 @@ void Scheduler::step() {
     }
   }
   for (Slot* s : in) {
-    if (s->picked >= 0) s->gen->advance(s->picked);
-    else s->gen->advance();
+    try {  // a sequence whose logits came out NaN fails alone (Generation::sample)
+      if (s->picked) s->gen->advance(*s->picked);
+      else s->gen->advance();
+    } catch (const std::exception& e) {
+      complete(*s, ApiError(500, "server_error", e.what()));
+      continue;
+    }
     if (s->gen->done()) finished.push_back(s);
   }
   for (Slot* s : finished) complete(*s, std::nullopt);

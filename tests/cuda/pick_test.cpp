@@ -16,12 +16,12 @@
 namespace kvtax {
 namespace {
 
-// The first index of the largest non-NaN value (0 if none): the CPU argmax where there is no NaN.
+// The first index of the largest non-NaN value (kNoPick if none).
 int32_t first_largest(const std::vector<float>& x) {
-  int32_t best = -1;
+  int32_t best = kNoPick;
   for (size_t i = 0; i < x.size(); ++i)
     if (!std::isnan(x[i]) && (best < 0 || x[i] > x[size_t(best)])) best = int32_t(i);
-  return best < 0 ? 0 : best;
+  return best;
 }
 
 TEST(CudaArgmax, FirstLargestAsTheSampler) {
@@ -34,7 +34,7 @@ TEST(CudaArgmax, FirstLargestAsTheSampler) {
   cuda::Buffer x(size_t(max_n) * 4);
   int checked = 0;
   for (int n : {1, 2, 31, 1000, 16385, 128256, max_n})
-    for (int kind = 0; kind < 6; ++kind) {
+    for (int kind = 0; kind < 8; ++kind) {
       std::vector<float> v(static_cast<size_t>(n));
       for (float& f : v) f = nd(g);
       const size_t a = g() % size_t(n), b = g() % size_t(n);
@@ -43,6 +43,8 @@ TEST(CudaArgmax, FirstLargestAsTheSampler) {
       if (kind == 3) std::fill(v.begin(), v.end(), -INFINITY);       // all -inf: index 0
       if (kind == 4) v[a] = NAN, v[b] = 40.0f;                       // a NaN is skipped
       if (kind == 5) v[a] = -INFINITY;
+      if (kind == 6) std::fill(v.begin(), v.end(), NAN);             // all NaN: no pick
+      if (kind == 7) v[0] = NAN, v[b == 0 ? n - 1 : b] = 40.0f;      // a NaN first, where the sampler's max starts
       x.upload(v.data(), v.size() * 4);
       out.fill(0xff);  // -1: an unwritten index fails
       ASSERT_EQ(cuda::argmax(x.as<float>(), n, scratch.get(), out.as<int32_t>(), nullptr), cudaSuccess);
@@ -51,12 +53,10 @@ TEST(CudaArgmax, FirstLargestAsTheSampler) {
       out.download(&got, 4);
       const int32_t want = first_largest(v);
       EXPECT_EQ(got, want) << "n " << n << " kind " << kind;
-      if (kind != 4) {  // the sampler's own pick
-        EXPECT_EQ(want, argmax(v.data(), n)) << "n " << n << " kind " << kind;
-      }
+      EXPECT_EQ(want, argmax(v.data(), n)) << "n " << n << " kind " << kind;  // the sampler's own pick
       ++checked;
     }
-  EXPECT_EQ(checked, 42);
+  EXPECT_EQ(checked, 56);
 }
 
 TEST(CudaPick, DrawWalksTheSoftmaxInIndexOrder) {
@@ -103,6 +103,31 @@ TEST(CudaPick, DrawWalksTheSoftmaxInIndexOrder) {
       }
   EXPECT_EQ(checked, 6 * 3 * 4 * 7);
   EXPECT_LT(middle_ties, middle / 20);
+}
+
+// Logits that offer no token (every one NaN; for a draw also every one -inf) give kNoPick, as the CPU sampler does.
+TEST(CudaPick, NoPickFromLogitsWithoutATokenToPick) {
+  REQUIRE_GPU();
+  const int n = 128256;
+  cuda::Buffer scratch(cuda::pick_scratch_bytes()), out(4), x(size_t(n) * 4);
+  scratch.fill(0);
+  auto run = [&](float value, bool greedy) {
+    const std::vector<float> v(size_t(n), value);
+    x.upload(v.data(), v.size() * 4);
+    out.fill(0);
+    EXPECT_EQ(greedy ? cuda::argmax(x.as<float>(), n, scratch.get(), out.as<int32_t>(), nullptr)
+                     : cuda::draw(x.as<float>(), n, 1.0f, 0.5, scratch.get(), out.as<int32_t>(), nullptr),
+              cudaSuccess);
+    cuda::check(cudaDeviceSynchronize(), "no-pick test");
+    int32_t got = 0;
+    out.download(&got, 4);
+    return got;
+  };
+  EXPECT_EQ(run(NAN, true), kNoPick);
+  EXPECT_EQ(run(NAN, false), kNoPick);
+  EXPECT_EQ(run(-INFINITY, false), kNoPick);
+  EXPECT_EQ(run(-INFINITY, true), 0);  // every value equal: the first, as the sampler's argmax
+  EXPECT_GE(run(1.0f, false), 0);  // the scratch is left fit for the next call after a no-pick
 }
 
 }  // namespace
