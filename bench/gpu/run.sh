@@ -12,7 +12,7 @@
 # prefill.jsonl, and targets.txt: every target of the CUDA issue, met or missed (bench/gpu/targets.py).
 # KVTAX_GPU_PARTS="a b c" (default) picks the parts; KVTAX_GPU_VOCAB is the llama3 vocabulary GGUF for
 # make-model (default: the shared fixtures); KVTAX_GPU_LAYERS (default 32) and KVTAX_GPU_DEPTHS the size of b,
-# KVTAX_GPU_CODECS (default f16,fp8,q8,q4r) the KV codecs of b, KVTAX_GPU_BENCH_ARGS extra flags for part a's
+# KVTAX_GPU_CODECS (default: all nine) the KV codecs of b, KVTAX_GPU_BENCH_ARGS extra flags for part a's
 # kvtax_gpu_bench (e.g. --no-attention), KVTAX_GPU_TEST_FILTER picks tests; KVTAX_GPU_PREFILL_LENGTH (default
 # 32768) and KVTAX_GPU_PREFILL_CODECS (default all) those of c.
 set -euo pipefail
@@ -85,7 +85,7 @@ part_b() {
   for type in ${KVTAX_GPU_TYPES:-bf16 q4_K}; do
     m=$(model_for "$type") || continue
     "$bin/kvtax_gpu_decode_bench" -m "$m" --label "$type" --json "$out/decode_step.jsonl" \
-      --parts --codecs "${KVTAX_GPU_CODECS:-f16,fp8,q8,q4r}" --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
+      --parts --codecs "${KVTAX_GPU_CODECS:-f32,f16,bf16,fp8,q8,q4,q4r,tq4,tq3}" --depths "${KVTAX_GPU_DEPTHS:-2048,8192,32768,131072}" 2>&1 | tee -a "$out/decode_step.txt" ||
       echo "decode bench FAILED ($type)"
   done
 }
