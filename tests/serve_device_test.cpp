@@ -132,6 +132,18 @@ class FakeBackend : public DeviceBackend {
   ThreadPool tp_;
 };
 
+// A server on a fake device, with the given options otherwise.
+struct FakeServed {
+  FakeServed(const Model& m, serve::ServerOptions o) : dev(m, st), server(m, on(o, dev)) {}
+  static serve::ServerOptions on(serve::ServerOptions o, FakeBackend& d) {
+    o.device = &d;
+    return o;
+  }
+  FakeState st;
+  FakeBackend dev;
+  kvtax::testing::TestServer server;
+};
+
 class ServeDevice : public ::testing::Test {
  protected:
   static void SetUpTestSuite() { tiny_ = new kvtax::testing::TinyModel("serve-device", 1024); }  // 1024: serve_test_util.h
@@ -162,11 +174,9 @@ TEST_F(ServeDevice, ConcurrentRequestsGiveTheCpuServersTexts) {
       cpu.push_back(r->body);
     }
   }
-  FakeState st;
-  FakeBackend dev(*tiny_->model, st);
-  auto o = options();
-  o.device = &dev;
-  kvtax::testing::TestServer s(*tiny_->model, o);
+  FakeServed f(*tiny_->model, options());
+  FakeState& st = f.st;
+  kvtax::testing::TestServer& s = f.server;
   EXPECT_EQ(st.decoders, 4);  // one decoder per sequence, made and prepared at start
   EXPECT_EQ(st.prepared, 4);
   const auto together = post_together(s.port(), bodies);
@@ -184,7 +194,7 @@ TEST_F(ServeDevice, ConcurrentRequestsGiveTheCpuServersTexts) {
   EXPECT_EQ(metric(m, "kvtax_kv_bytes_used"), 0);
   EXPECT_EQ(metric(m, "kvtax_requests_running"), 0);
   // The budget defaults to --parallel full contexts of pages.
-  EXPECT_EQ(metric(m, "kvtax_kv_bytes_reserved"), double(4 * dev.kv_bytes_for(o.engine.kv, 1024)));
+  EXPECT_EQ(metric(m, "kvtax_kv_bytes_reserved"), double(4 * f.dev.kv_bytes_for(options().engine.kv, 1024)));
 }
 
 TEST_F(ServeDevice, KvPoolAdmitsOnlyWhatFits) {
@@ -257,11 +267,9 @@ TEST_F(ServeDevice, PrefixCacheKeepsTheDecodersPages) {
 }
 
 TEST_F(ServeDevice, DeviceOutOfMemoryIs503AndFreesKv) {
-  FakeState st;
-  FakeBackend dev(*tiny_->model, st);
-  auto o = options();
-  o.device = &dev;
-  kvtax::testing::TestServer s(*tiny_->model, o);
+  FakeServed f(*tiny_->model, options());
+  FakeState& st = f.st;
+  kvtax::testing::TestServer& s = f.server;
   auto c = kvtax::testing::client(s.port());
   st.oom_at_eval = st.evals + 3;  // during the request's decode
   auto r = c->Post("/v1/completions", completion("Once", 20).dump(), "application/json");
@@ -281,11 +289,9 @@ TEST_F(ServeDevice, DeviceOutOfMemoryIs503AndFreesKv) {
 // NaN logits fail their own request with a 500 that says so, free its KV, and leave the other request running beside
 // it (and the server) untouched.
 TEST_F(ServeDevice, NaNLogitsFailOnlyTheirRequest) {
-  FakeState st;
-  FakeBackend dev(*tiny_->model, st);
-  auto o = options();
-  o.device = &dev;
-  kvtax::testing::TestServer s(*tiny_->model, o);
+  FakeServed f(*tiny_->model, options());
+  FakeState& st = f.st;
+  kvtax::testing::TestServer& s = f.server;
   st.nan_at_eval = st.evals + 4;
   auto post = [&](const char* prompt) -> std::pair<int, std::string> {
     auto x = kvtax::testing::client(s.port())->Post("/v1/completions", completion(prompt, 20).dump(), "application/json");
