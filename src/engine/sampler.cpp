@@ -56,7 +56,7 @@ int32_t argmax(const float* logits, int n) {
   const float m = max_value(logits, n);
   for (int i = 0; i < n; ++i)
     if (logits[i] == m) return i;  // the first of equal maxima, as std::max_element
-  // m is NaN: a NaN first logit stays the maximum unless a number beats it; then look among the numbers.
+  // m is NaN: a NaN where a running maximum starts stays there (NaN < x is false); look among the numbers instead.
   int best = kNoPick;
   for (int i = 0; i < n; ++i)
     if (!std::isnan(logits[i]) && (best == kNoPick || logits[i] > logits[best])) best = i;
