@@ -3,10 +3,12 @@
 
 #include <algorithm>
 #include <filesystem>
+#include <limits>
 #include <vector>
 
 #include <unistd.h>
 
+#include "core/error.h"
 #include "engine/generate.h"
 #include "model/forward.h"
 #include "model/make_model.h"
@@ -123,5 +125,31 @@ TEST(TinyModel, BuiltinByteVocabRunsEndToEnd) {
   EXPECT_EQ(generate(cut, prompt, top_k).tokens.size(), 8u);
   EXPECT_EQ(cut.picks, 0);
   EXPECT_EQ(cut.evals, 8);
+
+  // Logits that come out NaN stop the generation with an error that says so, whether the host samples them or the
+  // decoder picks (kNoPick), greedy or drawn; never a token.
+  struct NaNDecoder : PickDecoder {
+    bool picking;
+    NaNDecoder(Forward& f, bool p) : PickDecoder(f), picking(p) {}
+    bool has_pick() const override { return picking; }
+    void eval(const int32_t* t, int n, float* logits, bool all) override {
+      RowDecoder::eval(t, n, logits, all);
+      if (evals == 3) std::fill(logits, logits + row.size(), std::numeric_limits<float>::quiet_NaN());
+    }
+    int32_t eval_pick(const int32_t* t, int n, const TokenPick& p) override {
+      return ++picks == 3 ? kNoPick : PickDecoder::eval_pick(t, n, p);
+    }
+  };
+  for (const GenerateOptions& o : {g, drawn, top_k})
+    for (bool picking : {false, true}) {
+      fw.reset();
+      NaNDecoder bad(fw, picking);
+      try {
+        generate(bad, prompt, o);
+        ADD_FAILURE() << "no error from NaN logits (picking " << picking << ")";
+      } catch (const Error& e) {
+        EXPECT_NE(std::string(e.what()).find("NaN"), std::string::npos) << e.what();
+      }
+    }
   std::filesystem::remove(out);
 }
