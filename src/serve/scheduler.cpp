@@ -1,8 +1,8 @@
 #include "serve/scheduler.h"
 
 #include <chrono>
-#include <optional>
 #include <new>
+#include <optional>
 
 #include "core/error.h"
 #include "core/timer.h"
