@@ -121,12 +121,7 @@ std::optional<TokenPick> Generation::pick() {
 void Generation::advance(int32_t picked) {
   if (!pick_given_) fail("generation: advance(token) without a pick() for these tokens");
   given_ = picked;
-  try {
-    advance();
-  } catch (...) {
-    given_.reset();
-    throw;
-  }
+  advance();  // a throw (NaN logits) ends the generation: its given_ is never read again
   given_.reset();
 }
 
