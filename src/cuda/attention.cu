@@ -1,5 +1,5 @@
-// Flash-decode kernels: the scalar split kernel (f32, bf16: codecs the tensor-core kernel of attention_mma.cu does
-// not take) and the merge of every codec's chunks. Thread layout of the scalar split kernel: a token is read by D/8 consecutive lanes
+// Flash-decode kernels: the scalar split kernel (f32, the codec the tensor-core kernel of attention_mma.cu does not
+// take) and the merge of every codec's chunks. Thread layout of the scalar split kernel: a token is read by D/8 consecutive lanes
 // (one 8-value unit of layout.h each), so a warp reads whole rows back to back (coalesced) and the
 // block's 128 threads form 128/(D/8) independent "groups" that walk the chunk's tokens with a stride.
 // Each group keeps its own online softmax in registers; the groups are merged through shared memory at
@@ -80,7 +80,7 @@ __global__ void __launch_bounds__(kDecodeThreads) split_kernel(DecodeArgs a) {
       const int tt = t < c1 ? t : c0;
       const uint8_t* kr = kh + size_t(__ldg(pages + (tt >> kPageShift))) * page_bytes +
                           size_t(tt & (kPageTokens - 1)) * a.row_bytes;
-      sk[j] = layout::unit_decode<C>(kr, D, u, nullptr, yk[j]);  // no codebook: f32, bf16
+      sk[j] = layout::unit_decode<C>(kr, D, u, nullptr, yk[j]);  // no codebook: f32
       sv[j] = layout::unit_decode<C>(kr + v_off, D, u, nullptr, yv[j]);
     }
     float s[kUnroll][NREP];

@@ -2,7 +2,7 @@
 // Flash-decode attention on the device, written once over the codec unit decoders of
 // kv/codecs/layout.h (the same bit layouts the CPU reads). The context is split into chunks so that
 // a single query fills every SM; each block (one KV head, one chunk, up to 16 query heads of its GQA
-// group: the M rows of the tensor-core kernel, attention_mma.cu; 8 for the scalar f32/bf16 kernel) keeps
+// group: the M rows of the tensor-core kernel, attention_mma.cu; 8 for the scalar f32 kernel) keeps
 // an online softmax and writes an unnormalised partial; a second kernel merges the chunks with an exact
 // log-sum-exp and un-rotates the output of rotated V codecs.
 #include <cstddef>

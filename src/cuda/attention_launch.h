@@ -24,9 +24,9 @@ constexpr int merge_stage_bytes(int d, int n) {
   return (n < merge_batch(d) ? n : merge_batch(d)) * (d + 2) * 4;
 }
 
-// Codecs the tensor-core kernel decodes (to f16 tiles). f32 stays on the scalar f32 kernel, whose result is exact
-// to f32 rounding; bf16 values can exceed the f16 range.
-constexpr bool mma_codec(kv::CodecId c) { return c != kv::CodecId::f32 && c != kv::CodecId::bf16; }
+// Codecs the tensor-core kernel decodes (attention_mma.cu). f32 stays on the scalar f32 kernel, whose result is exact
+// to f32 rounding.
+constexpr bool mma_codec(kv::CodecId c) { return c != kv::CodecId::f32; }
 constexpr int group_rows(kv::CodecId c) { return mma_codec(c) ? kMmaGroupRows : kMaxGroupRows; }
 // KV pages: kPageTokens tokens of one layer, K rows [kv_head][kPageTokens][row_bytes] then V rows.
 constexpr int kPageShift = 8, kPageTokens = 1 << kPageShift;

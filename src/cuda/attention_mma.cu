@@ -4,8 +4,8 @@
 // no block barrier:
 //   the tile's raw K and V rows land in a ring of kStages shared-memory stages, several tiles ahead: by two bulk
 //   copies from lane 0 and an mbarrier per stage for the decoding codecs (rows past the context are zeroed when
-//   they land), by per-lane cp.async into the swizzled layout for f16 (zero-fill past the chunk);
-//   f16 rows are used as they land (ldmatrix); fp8 / q8 / q4 / q4r code words go from the stage straight into
+//   they land), by per-lane cp.async into the swizzled layout for f16 and bf16 (zero-fill past the chunk);
+//   f16 and bf16 rows are used as they land (ldmatrix; bf16 in bf16 MMAs, q and P split in two halves); fp8 / q8 / q4 / q4r code words go from the stage straight into
 //   mma B fragments (layout::word_decode_half, Cfg::kKReg; in the GQA form q4 / q4r go in as 1024 + code, their
 //   offset and block scales applied per block: attention_mma_q4.cuh); tq4 / tq3 are decoded by
 //   layout::unit_decode (the CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain)
@@ -105,6 +105,11 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   // q rotated by the KV encode (DecodeArgs::q_rotated) is read as the other codecs read theirs.
   const float qscale = rsqrtf(float(D)) * kLog2e;
   uint32_t qf[D / 16][4];  // A fragments: rows g and g + 8
+  uint32_t ql[G::kSplit ? D / 16 : 1][4];  // kSplit: their low bf16 halves
+  auto put_q = [&](int ks, int i, float x0, float x1) {  // dims x0, x1 into register i of q's k-step ks
+    if constexpr (G::kSplit) split_bf16(x0, x1, qf[ks][i], ql[ks][i]);
+    else qf[ks][i] = pack_half2(x0, x1);
+  };
   uint32_t qb[D / 16][2];  // kSwap: B fragments of Q^T, column g (head g)
   float2 qraw[D / 16][4];  // q read from global memory: this lane's q values, loaded ahead of the copies
   const bool rotate_q = layout::rotated(C) && !a.q_rotated;
@@ -141,10 +146,10 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         qb[ks][0] = pack_half2(ra[0], ra[1]);
         qb[ks][1] = pack_half2(ra[hi], ra[hi + 1]);
       } else {
-        qf[ks][0] = pack_half2(ra[0], ra[1]);
-        qf[ks][1] = pack_half2(rb[0], rb[1]);
-        qf[ks][2] = pack_half2(ra[hi], ra[hi + 1]);
-        qf[ks][3] = pack_half2(rb[hi], rb[hi + 1]);
+        put_q(ks, 0, ra[0], ra[1]);
+        put_q(ks, 1, rb[0], rb[1]);
+        put_q(ks, 2, ra[hi], ra[hi + 1]);
+        put_q(ks, 3, rb[hi], rb[hi + 1]);
       }
     }
     __syncthreads();  // q's rows are overwritten by the stages
@@ -181,7 +186,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         if constexpr (kSwap) {
           if (i % 2 == 0) qb[ks][i / 2] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
         } else {
-          qf[ks][i] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+          put_q(ks, i, qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
         }
       }
     }
@@ -277,8 +282,12 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         for (int ks = 0; ks < D / 16; ++ks) {
           uint32_t b[4];
           ldsm_x4(kt + swz<D>(k_tok, 2 * ks + k_hi), b);
-          mma_16816(s2[ks & 1][0], qf[ks], b[0], b[1]);
-          mma_16816(s2[ks & 1][1], qf[ks], b[2], b[3]);
+          mma_16816<G::kSplit>(s2[ks & 1][0], qf[ks], b[0], b[1]);
+          mma_16816<G::kSplit>(s2[ks & 1][1], qf[ks], b[2], b[3]);
+          if constexpr (G::kSplit) {  // the low halves into the other chain
+            mma_16816<true>(s2[~ks & 1][0], ql[ks], b[0], b[1]);
+            mma_16816<true>(s2[~ks & 1][1], ql[ks], b[2], b[3]);
+          }
         }
       }
       if constexpr (!G::kDirect && !G::kKReg) {  // K is in registers now: V takes its place
@@ -321,7 +330,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
       const auto [ca, cb] = raise_max(ma, mb, mxa, mxb);
       // Past the first tiles the maxima rarely move, and the warp then skips the multiplies.
       if (__any_sync(0xffffffffu, ca != 1.0f || cb != 1.0f)) scale_rows(o, ca, cb);
-      uint32_t pf[4];
+      uint32_t pf[4], pl[G::kSplit ? 4 : 1];  // P's A fragment (kSplit: high, then low bf16 halves)
       float sa = 0.0f, sb = 0.0f;
 #pragma unroll
       for (int nt = 0; nt < 2; ++nt) {
@@ -332,6 +341,9 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         if constexpr (G::kFold) {
           pf[2 * nt] = pack_half2(p0 * fv[nt][0], p1 * fv[nt][1]);
           pf[2 * nt + 1] = pack_half2(p2 * fv[nt][0], p3 * fv[nt][1]);
+        } else if constexpr (G::kSplit) {
+          split_bf16(p0, p1, pf[2 * nt], pl[2 * nt]);
+          split_bf16(p2, p3, pf[2 * nt + 1], pl[2 * nt + 1]);
         } else {
           pf[2 * nt] = pack_half2(p0, p1);
           pf[2 * nt + 1] = pack_half2(p2, p3);
@@ -360,8 +372,12 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         for (int dp = 0; dp < D / 16; ++dp) {
           uint32_t b[4];
           ldsm_x4_trans(vt + swz<D>(v_tok, 2 * dp + v_hi), b);
-          mma_16816(o[2 * dp], pf, b[0], b[1]);
-          mma_16816(o[2 * dp + 1], pf, b[2], b[3]);
+          mma_16816<G::kSplit>(o[2 * dp], pf, b[0], b[1]);
+          mma_16816<G::kSplit>(o[2 * dp + 1], pf, b[2], b[3]);
+          if constexpr (G::kSplit) {
+            mma_16816<true>(o[2 * dp], pl, b[0], b[1]);
+            mma_16816<true>(o[2 * dp + 1], pl, b[2], b[3]);
+          }
         }
       }
     }
@@ -496,9 +512,9 @@ cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
   });
 }
 
-// The codecs the tensor-core kernel takes (f32 keeps f32 precision and bf16 can exceed f16's range: both stay on
-// the scalar kernel).
-using MmaCodecs = Codecs<CodecId::f16, CodecId::fp8, CodecId::q8, CodecId::q4, CodecId::q4r, CodecId::tq4, CodecId::tq3>;
+// The codecs the tensor-core kernel takes (f32 keeps f32 precision on the scalar kernel).
+using MmaCodecs = Codecs<CodecId::f16, CodecId::bf16, CodecId::fp8, CodecId::q8, CodecId::q4, CodecId::q4r, CodecId::tq4,
+                         CodecId::tq3>;
 using MmaDims = Dims<64, 128, 256>;
 
 }  // namespace

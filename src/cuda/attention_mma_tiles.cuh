@@ -46,7 +46,10 @@ struct Cfg {
   static constexpr int kRow = int(layout::row_bytes(C, D));
   static constexpr int kHalfTile = kTok * kRow;             // raw K (or V) rows of one tile
   static constexpr int kRaw = 2 * kHalfTile;                // one stage: K rows then V rows
-  static constexpr bool kDirect = C == CodecId::f16;        // raw rows are already the f16 tile
+  static constexpr bool kDirect = C == CodecId::f16 || C == CodecId::bf16;  // raw rows are already the 16-bit tile
+  // bf16 rows go into bf16 MMAs, q and P each as a high and a low bf16 half (split_bf16), two products each: f32's
+  // range, which f16 cannot hold, and more precision than f16's q and P. The loop is bound by bytes, not MMAs.
+  static constexpr bool kSplit = C == CodecId::bf16;
   static constexpr int kTile = kTok * D * 2;                // one decoded f16 tile (K, then V in the same place)
   static constexpr bool kFold = layout::kRowFactor<C>;     // per-row factor folded into S and P
   // K and V codes go from the raw rows straight into B fragments, with no decoded tile in shared memory. K: each
@@ -79,7 +82,7 @@ struct Cfg {
   static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D);
   static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
-  // a quarter of its loop); f16 keeps the per-lane copies, which write the swizzled layout its ldmatrix reads need.
+  // a quarter of its loop); f16 and bf16 keep the per-lane copies, which write the swizzled layout its ldmatrix reads need.
   static constexpr bool kBulk = kHasBulkCopy && !kDirect;
   // The warps' merge rows (red, at the end of the kernel). In the GQA form at head_dim 128 one store of O^T's
   // accumulators writes dims 32 (g % 4) + 4 (g / 4) + k of rows 2c (+ 1): with rows D + 2 floats apart they fall

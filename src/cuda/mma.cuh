@@ -17,11 +17,27 @@ namespace kvtax::cuda::detail {
 
 __device__ __forceinline__ uint32_t pack_half2(float lo, float hi) { return pack_pair<false>(lo, hi); }
 
-// c += a b (f16 operands, f32 accumulators). Not volatile: the compiler may interleave independent products.
+// c += a b (f16 operands, or bf16 with kBf16; f32 accumulators). Not volatile: the compiler may interleave
+// independent products.
+template <bool kBf16 = false>
 __device__ __forceinline__ void mma_16816(float* c, const uint32_t* a, uint32_t b0, uint32_t b1) {
-  asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
-      : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
-      : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  if constexpr (kBf16) {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.bf16.bf16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  } else {
+    asm("mma.sync.aligned.m16n8k16.row.col.f32.f16.f16.f32 {%0,%1,%2,%3}, {%4,%5,%6,%7}, {%8,%9}, {%0,%1,%2,%3};\n"
+        : "+f"(c[0]), "+f"(c[1]), "+f"(c[2]), "+f"(c[3])
+        : "r"(a[0]), "r"(a[1]), "r"(a[2]), "r"(a[3]), "r"(b0), "r"(b1));
+  }
+}
+
+// Two floats as a high and a low bf16 pair, hi + lo: ~16 significant bits (f16 has 11) and f32's range, for operands
+// that meet bf16 values in two products.
+__device__ __forceinline__ void split_bf16(float a, float b, uint32_t& hi, uint32_t& lo) {
+  hi = pack_pair<true>(a, b);
+  const float2 h = unpack_pair<true>(hi);
+  lo = pack_pair<true>(a - h.x, b - h.y);
 }
 
 // d = a b + c, with c from other registers than d (an accumulator chain that starts from constants).

@@ -169,12 +169,12 @@ TEST(CudaFused, RopeRowsMatchesTheOneTokenKernel) {
 
 // The attention's merge writes the int8 codes of its output that a quantized wo would make itself: the GEMV over
 // them equals one that quantizes the attention output, bit for bit. f16 runs the plain merge, q4r the merge with
-// its inverse rotation first; bf16 the scalar split kernel.
+// its inverse rotation first; f32 the scalar split kernel.
 TEST(CudaFused, AttentionWritesTheCodesTheGemvMakes) {
   REQUIRE_GPU();
   const int n_kv = 8, n_heads = 32, d = 128, len = 1000, qd = n_heads * d;
   uint32_t seed = 1300;
-  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::q4r, kv::CodecId::bf16}) {
+  for (kv::CodecId c : {kv::CodecId::f16, kv::CodecId::q4r, kv::CodecId::f32}) {
     const kv::CodecInfo& info = kv::codec(c);
     const size_t rb = info.row_bytes(d);
     cuda::DeviceKv kvd(c, n_kv, d, len);
