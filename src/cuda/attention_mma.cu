@@ -5,11 +5,11 @@
 //   the tile's raw K and V rows land in a ring of kStages shared-memory stages, several tiles ahead: by two bulk
 //   copies from lane 0 and an mbarrier per stage for the decoding codecs (rows past the context are zeroed when
 //   they land), by per-lane cp.async into the swizzled layout for f16 and bf16 (zero-fill past the chunk);
-//   f16 and bf16 rows are used as they land (ldmatrix; bf16 in bf16 MMAs, q and P split in two halves); fp8 / q8 / q4 / q4r code words go from the stage straight into
-//   mma B fragments (layout::word_decode_half, Cfg::kKReg; in the GQA form q4 / q4r go in as 1024 + code, their
-//   offset and block scales applied per block: attention_mma_q4.cuh); tq4 / tq3 are decoded by
-//   layout::unit_decode (the CPU's format code) into an f16 tile [16][D]; a per-row factor (fp8 scale, tq gain)
-//   scales S and P instead;
+//   f16 and bf16 rows are used as they land (ldmatrix; bf16 in bf16 MMAs, q and P split in two halves);
+//   fp8 / q8 / q4 / q4r / tq4 code words go from the stage straight into mma fragments (WordDecoder, Cfg::kKReg;
+//   in the GQA form q4 / q4r go in as 1024 + code, their offset and block scales applied per block:
+//   attention_mma_q4.cuh); tq3 is decoded by layout::unit_decode (the CPU's format code) into an f16 tile [16][D];
+//   a per-row factor (fp8 scale, tq gain) scales S and P instead;
 //   S = Q K^T (two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
 //   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand.
 // Warps merge through shared memory at the end and write the same partial (unnormalised o, max, sum) as the
@@ -179,19 +179,20 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
       if constexpr (G::kBiased) {  // dims d0 .. d0 + 3: qraw[ks][0] and [2]
         q4_query_pair({qraw[ks][0].x * qscale, qraw[ks][0].y * qscale, qraw[ks][2].x * qscale, qraw[ks][2].y * qscale},
                       ks, qb[ks]);
-        continue;
-      }
+      } else {
 #pragma unroll
-      for (int i = 0; i < 4; ++i) {
-        if constexpr (kSwap) {
-          if (i % 2 == 0) qb[ks][i / 2] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
-        } else {
-          put_q(ks, i, qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+        for (int i = 0; i < 4; ++i) {
+          if constexpr (kSwap) {
+            if (i % 2 == 0) qb[ks][i / 2] = pack_half2(qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+          } else {
+            put_q(ks, i, qraw[ks][i].x * qscale, qraw[ks][i].y * qscale);
+          }
         }
       }
     }
   }
 
+  const WordDecoder<C> dec(lv);  // kKReg's code words (tq4: its levels, visible since the barriers above)
   float qbias[D / 32][2];  // kBiased: where each block's S^T starts (q4_query_bias)
   if constexpr (G::kBiased) q4_query_bias<D>(qb, c, qbias);
 
@@ -265,7 +266,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
     if constexpr (G::kBiased) {
       swap_tile_q4<C, D>(raw, qb, qbias, nvalid, g, c, o, ma, mb, la, lb);
     } else if constexpr (kSwap) {
-      swap_tile<C, D>(raw, kw, ksc, qb, nvalid, g, c, o, ma, mb, la, lb);
+      swap_tile<C, D>(raw, kw, ksc, dec, qb, nvalid, g, c, o, ma, mb, la, lb);
     } else {
       float s2[2][2][4];  // [k-step parity][token n-tile]: two independent chains
 #pragma unroll
@@ -273,7 +274,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
 #pragma unroll
         for (int nt = 0; nt < 2; ++nt) s2[p][nt][0] = s2[p][nt][1] = s2[p][nt][2] = s2[p][nt][3] = 0.0f;
       if constexpr (G::kKReg) {
-        for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+        for_each_k_step<C, D>(kw, ksc, dec, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
           mma_16816(s2[ks & 1][0], qf[ks], half2_bits(g_lo), half2_bits(g_hi));
           mma_16816(s2[ks & 1][1], qf[ks], half2_bits(g8_lo), half2_bits(g8_hi));
         });
@@ -358,7 +359,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
         for (int q = 0; q < kQ; ++q) {
           const int w = v_word<C, D>(g, q);
           __half2 h[2][2][2 * G::kRuns];
-          decode_v_word<C, D>(raw, w, c, h);
+          decode_v_word<C, D>(raw, w, c, dec, h);
 #pragma unroll
           for (int r = 0; r < G::kRuns; ++r)
 #pragma unroll

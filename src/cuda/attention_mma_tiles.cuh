@@ -57,7 +57,8 @@ struct Cfg {
   // product does not care about the order of its terms). V (k runs along tokens): a lane reads the same code word
   // of its 4 tokens, interleaves the bytes of token pairs and decodes the interleaved word; O's dims come out
   // permuted (o_dim) and are put back in place when the warps merge.
-  static constexpr bool kKReg = C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
+  static constexpr bool kKReg =
+      C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r || C == CodecId::tq4;
   // q4 / q4r in the GQA form: nibbles go into the MMAs as f16 1024 + code, one LOP3 per two values, and the -8
   // offset and block scales are applied per block around the products (attention_mma_q4.cuh).
   static constexpr bool kBiased = kSwap && (C == CodecId::q4 || C == CodecId::q4r);
@@ -67,12 +68,12 @@ struct Cfg {
   static constexpr int kWpb = layout::kQBlock / (4 * kRuns), kSlots = (kLaneWords + kWpb - 1) / kWpb;
   // Blocks per SM the registers are capped for, and so the stages each gets. Two, with the deepest rings, for the
   // codecs whose loop keeps up with the bytes (f16, fp8, q8: 5 tiles in flight per warp for the 1-byte codes);
-  // q4 and q4r time the same at 2 and 4 (bound by instructions); tq4 / tq3, which decode each tile into shared
-  // memory, need the 12 warps of 3; the heads-as-rows form at head_dim 256 the registers of 1. H200, session 13,
-  // against 3 (fp8) and 4 (q8) blocks: fp8 128k 80.7 -> 77.1 us, 32k 29.0 -> 27.1; q8 128k 82.7 -> 75.0, 32k
-  // 31.4 -> 27.1; tq4 at 2: 144.5 -> 159.5 at 128k.
-  static constexpr bool kTq = C == CodecId::tq4 || C == CodecId::tq3;
-  static constexpr int kMinBlocks = !kSwap && D >= 256 ? 1 : kTq ? 3 : 2;
+  // q4 and q4r time the same at 2 and 4 (bound by instructions); tq3, which decodes each tile into shared memory,
+  // needs the 12 warps of 3; the heads-as-rows form at head_dim 256 the registers of 1. H200, session 13, against 3
+  // (fp8) and 4 (q8) blocks: fp8 128k 80.7 -> 77.1 us, 32k 29.0 -> 27.1; q8 128k 82.7 -> 75.0, 32k 31.4 -> 27.1;
+  // tq4, then decoded by tiles, at 2: 144.5 -> 159.5 at 128k.
+  static constexpr bool kTileDecode = !kDirect && !kKReg;
+  static constexpr int kMinBlocks = !kSwap && D >= 256 ? 1 : kTileDecode ? 3 : 2;
   // kBiased at head_dim 128 fits 4 blocks per SM by shared memory; 120 registers leave room for a merge block (128
   // threads of 32) beside them. At 127 the four took the whole register file and the merge waited for the split
   // kernel's last blocks. 0: the registers of kMinBlocks blocks per SM.
@@ -209,19 +210,33 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
   }
 }
 
+// Code words -> f16 pairs (kKReg): layout::word_decode_half, or tq4's through its levels as a table in registers.
+template <CodecId C>
+struct WordDecoder {
+  __device__ explicit WordDecoder(const float*) {}
+  __device__ void operator()(uint32_t w, __half2* h) const { layout::word_decode_half<C>(w, h); }
+};
+template <>
+struct WordDecoder<CodecId::tq4> {
+  uint32_t lut[8];
+  __device__ explicit WordDecoder(const float* levels) { layout::tq4_half_lut(levels, lut); }
+  __device__ void operator()(uint32_t w, __half2* h) const { layout::tq4_word_decode_half(w, lut, h); }
+};
+
 // K (kKReg): the lane's code words of tokens g and g + 8 (kw[0], kw[1]) decoded, block scales applied, one k-step
 // at a time: f(ks, g_lo, g_hi, g8_lo, g8_hi) with the values of k 2c, 2c + 1 (lo) and 2c + 8, 2c + 9 (hi) of each
 // token, which both kernel forms take as fragments (B of S = Q K^T, A of S^T = K Q^T).
 template <CodecId C, int D, class F>
 __device__ __forceinline__ void for_each_k_step(const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
-                                                const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const F& f) {
+                                                const __half2 (&ksc)[2][Cfg<C, D>::kSlots],
+                                                const WordDecoder<C>& dec, const F& f) {
   using G = Cfg<C, D>;
 #pragma unroll
   for (int i = 0; i < G::kLaneWords; ++i) {
     __half2 h[2][2 * G::kRuns];
 #pragma unroll
     for (int nt = 0; nt < 2; ++nt) {
-      layout::word_decode_half<C>(kw[nt][i], h[nt]);
+      dec(kw[nt][i], h[nt]);
       if constexpr (!G::kFold) {
 #pragma unroll
         for (int k = 0; k < 2 * G::kRuns; ++k) h[nt][k] = __hmul2(h[nt][k], ksc[nt][i / G::kWpb]);
@@ -233,10 +248,12 @@ __device__ __forceinline__ void for_each_k_step(const uint32_t (&kw)[2][Cfg<C, D
 }
 
 // V (kKReg): code word w of tokens 2c, 2c+1 (pair 0) and 2c+8, 2c+9 (pair 1), block scales applied, as
-// h[pair][half][k]: the pair's two tokens side by side (bytes interleaved token by token), word half 0 (values 0, 1
-// of each run) or 1 (values 2, 3). Both kernel forms take these as fragments: B of O = P V, A of O^T = V^T P^T.
+// h[pair][half][k]: the pair's two tokens side by side (bytes, tq4's nibbles, interleaved token by token), word half
+// 0 (values 0, 1 of each run) or 1 (values 2, 3). Both kernel forms take these as fragments: B of O = P V, A of
+// O^T = V^T P^T.
 template <CodecId C, int D>
-__device__ __forceinline__ void decode_v_word(const uint8_t* raw, int w, int c, __half2 (&h)[2][2][2 * Cfg<C, D>::kRuns]) {
+__device__ __forceinline__ void decode_v_word(const uint8_t* raw, int w, int c, const WordDecoder<C>& dec,
+                                              __half2 (&h)[2][2][2 * Cfg<C, D>::kRuns]) {
   using G = Cfg<C, D>;
   const uint8_t* vr = raw + G::kHalfTile + layout::codes_offset(C, D);
   uint32_t vw[4];
@@ -254,8 +271,16 @@ __device__ __forceinline__ void decode_v_word(const uint8_t* raw, int w, int c, 
   }
 #pragma unroll
   for (int p = 0; p < 2; ++p) {
-    layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x5140), h[p][0]);
-    layout::word_decode_half<C>(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x7362), h[p][1]);
+    if constexpr (C == CodecId::tq4) {
+      // e: values 0, 2, 4, 6 of both tokens, a byte each (first token's code in the low nibble); o: 1, 3, 5, 7.
+      const uint32_t a = vw[2 * p], b = vw[2 * p + 1];
+      const uint32_t e = (a & 0x0f0f0f0fu) | ((b << 4) & 0xf0f0f0f0u), o = ((a >> 4) & 0x0f0f0f0fu) | (b & 0xf0f0f0f0u);
+      dec(__byte_perm(e, o, 0x6240), h[p][0]);  // values 0, 1 (run 0) and 4, 5 (run 1)
+      dec(__byte_perm(e, o, 0x7351), h[p][1]);  // values 2, 3 and 6, 7
+    } else {
+      dec(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x5140), h[p][0]);
+      dec(__byte_perm(vw[2 * p], vw[2 * p + 1], 0x7362), h[p][1]);
+    }
     if constexpr (!G::kFold) {
 #pragma unroll
       for (int k = 0; k < 2 * G::kRuns; ++k) {
@@ -321,16 +346,16 @@ __device__ __forceinline__ void swap_softmax(float (&s)[4], int nvalid, int g, f
 // as B, and O^T += V^T P^T (A: decode_v_word).
 template <CodecId C, int D>
 __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
-                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const uint32_t (&qb)[D / 16][2],
-                                          int nvalid, int g, int c, float (&o)[D / 16][4], float& m0, float& m1,
-                                          float& l0, float& l1) {
+                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const WordDecoder<C>& dec,
+                                          const uint32_t (&qb)[D / 16][2], int nvalid, int g, int c,
+                                          float (&o)[D / 16][4], float& m0, float& m1, float& l0, float& l1) {
   using G = Cfg<C, D>;
   float st[2][4] = {};  // two independent chains (k-step parity)
-  for_each_k_step<C, D>(kw, ksc, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
+  for_each_k_step<C, D>(kw, ksc, dec, [&](int ks, __half2 g_lo, __half2 g_hi, __half2 g8_lo, __half2 g8_hi) {
     const uint32_t a[4] = {half2_bits(g_lo), half2_bits(g8_lo), half2_bits(g_hi), half2_bits(g8_hi)};
     mma_16816(st[ks & 1], a, qb[ks][0], qb[ks][1]);
   });
-  // fp8's row scales of the lane's tokens (g, g + 8) scale S and P.
+  // The row factors of the lane's tokens (g, g + 8: fp8's scale, tq4's gain) scale S and P.
   float fk[2] = {1.0f, 1.0f}, fv[2] = {1.0f, 1.0f};
   if constexpr (G::kFold) {
 #pragma unroll
@@ -350,7 +375,7 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
 #pragma unroll
   for (int q = 0; q < D / 32 / G::kRuns; ++q) {
     __half2 h[2][2][2 * G::kRuns];
-    decode_v_word<C, D>(raw, v_word<C, D>(g, q), c, h);
+    decode_v_word<C, D>(raw, v_word<C, D>(g, q), c, dec, h);
 #pragma unroll
     for (int r = 0; r < G::kRuns; ++r)
 #pragma unroll

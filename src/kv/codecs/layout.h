@@ -217,7 +217,8 @@ KVTAX_HD float unit_decode(const uint8_t* row, int d, int u, const float* levels
 
 // ---- code words: the codes of a row (after codes_offset) read 4 bytes at a time, for kernels that decode
 // straight into registers. A word holds runs of 4 consecutive values: fp8 / q8 one run (values 4w..4w+3), q4 two
-// (its low nibbles, then its high nibbles 16 values further on in the same 32-value block).
+// (its low nibbles, then its high nibbles 16 values further on in the same 32-value block), tq4 two (values
+// 8w..8w+3, then 8w+4..8w+7: its nibbles in order).
 KVTAX_HD constexpr size_t codes_offset(CodecId c, int d) {
   switch (c) {
     case CodecId::fp8: case CodecId::tq4: case CodecId::tq3: return 4;
@@ -225,9 +226,12 @@ KVTAX_HD constexpr size_t codes_offset(CodecId c, int d) {
     default: return 0;
   }
 }
-KVTAX_HD constexpr int word_runs(CodecId c) { return c == CodecId::q4 || c == CodecId::q4r ? 2 : 1; }
+KVTAX_HD constexpr int word_runs(CodecId c) {
+  return c == CodecId::q4 || c == CodecId::q4r || c == CodecId::tq4 ? 2 : 1;
+}
 // First value of run r of code word w.
 KVTAX_HD constexpr int word_value(CodecId c, int w, int r) {
+  if (c == CodecId::tq4) return 8 * w + 4 * r;
   return word_runs(c) == 2 ? kQBlock * (w / 4) + 4 * (w % 4) + 16 * r : 4 * w;
 }
 
@@ -289,6 +293,40 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
     const __half2 b2 = __float2half2_rn(bias);
     for (int k = 0; k < 4; ++k) h[k] = __hsub2(bits_as_half2(__byte_perm(w[k / 2], 0x64646464u, k % 2 ? 0x4342 : 0x4140)), b2);
     return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
+  }
+}
+
+// tq4 code words through a table in registers: the 16 levels rounded to f16 (as the tile decode rounds them), their
+// low bytes in lut[0..4) and high bytes in lut[4..8), entry i at byte i % 4 of word i / 4.
+__device__ __forceinline__ void tq4_half_lut(const float* levels, uint32_t (&lut)[8]) {
+  for (int j = 0; j < 4; ++j) {
+    uint32_t lo = 0, hi = 0;
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t h = __half_as_ushort(__float2half_rn(levels[4 * j + b]));
+      lo |= (h & 0xffu) << (8 * b);
+      hi |= (h >> 8) << (8 * b);
+    }
+    lut[j] = lo;
+    lut[4 + j] = hi;
+  }
+}
+__device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {  // bit 3 of a selector: sign fill
+  uint32_t d;
+  asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
+  return d;
+}
+// The 8 codes of a word (value k in nibble k) -> h[k / 2] = levels of values k, k + 1 as f16, unscaled (the factor:
+// the row's gain). A byte permute looks up 4 codes' bytes among 8 entries; codes 8-15 take the second half of the
+// table, chosen per byte by a mask that the permute's sign fill makes from each code's bit 3. 11 instructions per 4
+// codes, no memory access.
+__device__ __forceinline__ void tq4_word_decode_half(uint32_t w, const uint32_t (&lut)[8], __half2* h) {
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t x = half ? w >> 16 : w, sel = x & 0x7777u;
+    const uint32_t m = prmt(x << 4, x, 0xd9c8u);  // byte k: 0xff where code k >= 8
+    const uint32_t lo = (prmt(lut[0], lut[1], sel) & ~m) | (prmt(lut[2], lut[3], sel) & m);
+    const uint32_t hi = (prmt(lut[4], lut[5], sel) & ~m) | (prmt(lut[6], lut[7], sel) & m);
+    h[2 * half] = bits_as_half2(prmt(lo, hi, 0x5140u));
+    h[2 * half + 1] = bits_as_half2(prmt(lo, hi, 0x7362u));
   }
 }
 
