@@ -305,8 +305,8 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
 #pragma unroll
             for (int e = 0; e < 2; ++e) {
               const uint8_t* kr = raw + (nt * 8 + 2 * c + e) * G::kRow;
-              fk[nt][e] = layout::load_f32<false>(kr);
-              fv[nt][e] = layout::load_f32<false>(kr + G::kHalfTile);
+              fk[nt][e] = layout::load_f32<false>(kr) * dec.scale;
+              fv[nt][e] = layout::load_f32<false>(kr + G::kHalfTile) * dec.scale;
             }
           } else {
             const float2 k2 = *reinterpret_cast<const float2*>(fac + nt * 8 + 2 * c);

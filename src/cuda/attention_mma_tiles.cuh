@@ -210,16 +210,19 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
   }
 }
 
-// Code words -> f16 pairs (kKReg): layout::word_decode_half, or tq4's through its levels as a table in registers.
+// Code words -> f16 pairs (kKReg): layout::word_decode_half, or tq4's through a table in registers; scale
+// multiplies the row factors (kFold) where the pairs leave a step out.
 template <CodecId C>
 struct WordDecoder {
+  static constexpr float scale = 1.0f;
   __device__ explicit WordDecoder(const float*) {}
   __device__ void operator()(uint32_t w, __half2* h) const { layout::word_decode_half<C>(w, h); }
 };
 template <>
 struct WordDecoder<CodecId::tq4> {
-  uint32_t lut[8];
-  __device__ explicit WordDecoder(const float* levels) { layout::tq4_half_lut(levels, lut); }
+  uint32_t lut[4];
+  float scale;  // the levels' int8 step
+  __device__ explicit WordDecoder(const float* levels) : scale(layout::tq4_byte_lut(levels, lut)) {}
   __device__ void operator()(uint32_t w, __half2* h) const { layout::tq4_word_decode_half(w, lut, h); }
 };
 
@@ -360,8 +363,8 @@ __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&k
   if constexpr (G::kFold) {
 #pragma unroll
     for (int t = 0; t < 2; ++t) {
-      fk[t] = layout::load_f32<false>(raw + (8 * t + g) * G::kRow);
-      fv[t] = layout::load_f32<false>(raw + G::kHalfTile + (8 * t + g) * G::kRow);
+      fk[t] = layout::load_f32<false>(raw + (8 * t + g) * G::kRow) * dec.scale;
+      fv[t] = layout::load_f32<false>(raw + G::kHalfTile + (8 * t + g) * G::kRow) * dec.scale;
     }
   }
   float p[4];

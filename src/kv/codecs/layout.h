@@ -296,37 +296,35 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
   }
 }
 
-// tq4 code words through a table in registers: the 16 levels rounded to f16 (as the tile decode rounds them), their
-// low bytes in lut[0..4) and high bytes in lut[4..8), entry i at byte i % 4 of word i / 4.
-__device__ __forceinline__ void tq4_half_lut(const float* levels, uint32_t (&lut)[8]) {
+// tq4 code words through a table in registers. Its levels are int8 multiples of one step (tq4_levels_i8 /
+// tq4_grid, the largest +127): the table holds those integers biased by 128, entry i at byte i % 4 of lut[i / 4],
+// and the step, levels[15] / 127, joins the row's gain as the values' factor.
+__device__ __forceinline__ float tq4_byte_lut(const float* levels, uint32_t (&lut)[4]) {
+  const float to_int = 127.0f / levels[15];
   for (int j = 0; j < 4; ++j) {
-    uint32_t lo = 0, hi = 0;
-    for (int b = 0; b < 4; ++b) {
-      const uint32_t h = __half_as_ushort(__float2half_rn(levels[4 * j + b]));
-      lo |= (h & 0xffu) << (8 * b);
-      hi |= (h >> 8) << (8 * b);
-    }
-    lut[j] = lo;
-    lut[4 + j] = hi;
+    uint32_t t = 0;
+    for (int b = 0; b < 4; ++b) t |= uint32_t(int(rintf(levels[4 * j + b] * to_int)) + 128) << (8 * b);
+    lut[j] = t;
   }
+  return levels[15] / 127.0f;
 }
 __device__ __forceinline__ uint32_t prmt(uint32_t a, uint32_t b, uint32_t sel) {  // bit 3 of a selector: sign fill
   uint32_t d;
   asm("prmt.b32 %0, %1, %2, %3;" : "=r"(d) : "r"(a), "r"(b), "r"(sel));
   return d;
 }
-// The 8 codes of a word (value k in nibble k) -> h[k / 2] = levels of values k, k + 1 as f16, unscaled (the factor:
-// the row's gain). A byte permute looks up 4 codes' bytes among 8 entries; codes 8-15 take the second half of the
-// table, chosen per byte by a mask that the permute's sign fill makes from each code's bit 3. 11 instructions per 4
-// codes, no memory access.
-__device__ __forceinline__ void tq4_word_decode_half(uint32_t w, const uint32_t (&lut)[8], __half2* h) {
+// The 8 codes of a word (value k in nibble k) -> h[k / 2] = the int8 levels of values k, k + 1 as f16 (exact; the
+// factor: step x gain). A byte permute looks up 4 codes among 8 entries; codes 8-15 take the table's second half,
+// chosen per byte by a mask that the permute's sign fill makes from each code's bit 3; the biased bytes become f16
+// as q8's do (1024 + byte, less 1152). 8 integer instructions and 2 f16 subtractions per 4 codes, no memory access.
+__device__ __forceinline__ void tq4_word_decode_half(uint32_t w, const uint32_t (&lut)[4], __half2* h) {
+  const __half2 b2 = __float2half2_rn(1152.0f);
   for (int half = 0; half < 2; ++half) {
     const uint32_t x = half ? w >> 16 : w, sel = x & 0x7777u;
     const uint32_t m = prmt(x << 4, x, 0xd9c8u);  // byte k: 0xff where code k >= 8
-    const uint32_t lo = (prmt(lut[0], lut[1], sel) & ~m) | (prmt(lut[2], lut[3], sel) & m);
-    const uint32_t hi = (prmt(lut[4], lut[5], sel) & ~m) | (prmt(lut[6], lut[7], sel) & m);
-    h[2 * half] = bits_as_half2(prmt(lo, hi, 0x5140u));
-    h[2 * half + 1] = bits_as_half2(prmt(lo, hi, 0x7362u));
+    const uint32_t b = (prmt(lut[0], lut[1], sel) & ~m) | (prmt(lut[2], lut[3], sel) & m);
+    h[2 * half] = __hsub2(bits_as_half2(prmt(b, 0x64646464u, 0x4140u)), b2);
+    h[2 * half + 1] = __hsub2(bits_as_half2(prmt(b, 0x64646464u, 0x4342u)), b2);
   }
 }
 
