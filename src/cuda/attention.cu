@@ -1,6 +1,6 @@
 // Flash-decode kernels: the scalar split kernel (f32, the codec the tensor-core kernel of attention_mma.cu does not
-// take) and the merge of every codec's chunks. Thread layout of the scalar split kernel: a token is read by D/8 consecutive lanes
-// (one 8-value unit of layout.h each), so a warp reads whole rows back to back (coalesced) and the
+// take) and the merge of every codec's chunks. Thread layout of the scalar split kernel: a token is read by D/8
+// consecutive lanes (one 8-value unit of layout.h each), so a warp reads whole rows back to back (coalesced) and the
 // block's 128 threads form 128/(D/8) independent "groups" that walk the chunk's tokens with a stride.
 // Each group keeps its own online softmax in registers; the groups are merged through shared memory at
 // the end, and the chunks by merge_kernel.

@@ -514,8 +514,8 @@ cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
 }
 
 // The codecs the tensor-core kernel takes (f32 keeps f32 precision on the scalar kernel).
-using MmaCodecs = Codecs<CodecId::f16, CodecId::bf16, CodecId::fp8, CodecId::q8, CodecId::q4, CodecId::q4r, CodecId::tq4,
-                         CodecId::tq3>;
+using MmaCodecs = Codecs<CodecId::f16, CodecId::bf16, CodecId::fp8, CodecId::q8, CodecId::q4, CodecId::q4r,
+                         CodecId::tq4, CodecId::tq3>;
 using MmaDims = Dims<64, 128, 256>;
 
 }  // namespace

@@ -83,7 +83,7 @@ struct Cfg {
   static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D);
   static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
-  // a quarter of its loop); f16 and bf16 keep the per-lane copies, which write the swizzled layout its ldmatrix reads need.
+  // a quarter of its loop); f16 and bf16 keep the per-lane copies, which write the swizzled layout ldmatrix needs.
   static constexpr bool kBulk = kHasBulkCopy && !kDirect;
   // The warps' merge rows (red, at the end of the kernel). In the GQA form at head_dim 128 one store of O^T's
   // accumulators writes dims 32 (g % 4) + 4 (g / 4) + k of rows 2c (+ 1): with rows D + 2 floats apart they fall
