@@ -6,9 +6,9 @@
 //   copies from lane 0 and an mbarrier per stage for the decoding codecs (rows past the context are zeroed when
 //   they land), by per-lane cp.async into the swizzled layout for f16 and bf16 (zero-fill past the chunk);
 //   f16 and bf16 rows are used as they land (ldmatrix; bf16 in bf16 MMAs, q and P split in two halves);
-//   fp8 / q8 / q4 / q4r / tq4 code words go from the stage straight into mma fragments (WordDecoder, Cfg::kKReg;
+//   fp8 / q8 / q4 / q4r / tq4 code words go from the stage straight into mma fragments (CodeDecoder, Cfg::kKReg;
 //   in the GQA form q4 / q4r go in as 1024 + code, their offset and block scales applied per block:
-//   attention_mma_q4.cuh); tq3 is decoded by layout::unit_decode (the CPU's format code) into an f16 tile [16][D];
+//   attention_mma_q4.cuh); tq3 is decoded by units, through a table of its levels, into an f16 tile [16][D];
 //   a per-row factor (fp8 scale, tq gain) scales S and P instead;
 //   S = Q K^T (two independent accumulator chains), online softmax in base 2 (q is pre-scaled by
 //   log2 e / sqrt(D)), and O += P V with the S accumulators repacked as the A operand.
@@ -192,7 +192,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
     }
   }
 
-  const WordDecoder<C> dec(lv);  // kKReg's code words (tq4: its levels, visible since the barriers above)
+  const CodeDecoder<C> dec(lv);  // the codes' decoder (tq4 and tq3: their levels, visible since the barriers above)
   float qbias[D / 32][2];  // kBiased: where each block's S^T starts (q4_query_bias)
   if constexpr (G::kBiased) q4_query_bias<D>(qb, c, qbias);
 
@@ -253,7 +253,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
     } else if constexpr (G::kKReg) {
       vt = 0;
     } else {
-      decode_tile<C, D, 0>(raw, lv, td, fac, lane);
+      decode_tile<C, D, 0>(raw, dec, td, fac, lane);
       __syncwarp();
       kt = vt = smem_addr(td);
     }
@@ -293,7 +293,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
       }
       if constexpr (!G::kDirect && !G::kKReg) {  // K is in registers now: V takes its place
         __syncwarp();
-        decode_tile<C, D, 1>(raw, lv, td, fac + kTok, lane);
+        decode_tile<C, D, 1>(raw, dec, td, fac + kTok, lane);
         __syncwarp();
       }
       // This lane's tokens: 2c, 2c+1 (n-tile 0) and 8+2c, 9+2c (n-tile 1), for both of its rows.

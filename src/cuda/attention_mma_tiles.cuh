@@ -173,13 +173,37 @@ __device__ __forceinline__ void issue_tile_bulk(const DecodeArgs& a, const uint8
 
 __device__ __forceinline__ uint32_t half2_bits(__half2 h) { return *reinterpret_cast<const uint32_t*>(&h); }
 
-// Raw K (kHalf 0) or V (1) rows of a stage -> f16 tile dst [16][D] (swizzled), for the codebook codecs (tq4, tq3):
-// decoded to floats (layout::unit_decode) and rounded once. Their per-row gain (kFold) is left out of the values and
-// stored per token in fac[16].
+// A codec's codes decoded in registers: code words -> f16 pairs (kKReg) by layout::word_decode_half, or tq4's through
+// a table of its levels; tq3's units (decode_tile) through a table of its levels. scale multiplies the row factors
+// (kFold) where the decoded values leave a step out.
+template <CodecId C>
+struct CodeDecoder {
+  static constexpr float scale = 1.0f;
+  __device__ explicit CodeDecoder(const float*) {}
+  __device__ void operator()(uint32_t w, __half2* h) const { layout::word_decode_half<C>(w, h); }
+};
+template <>
+struct CodeDecoder<CodecId::tq4> {
+  uint32_t lut[4];
+  float scale;  // the levels' int8 step
+  __device__ explicit CodeDecoder(const float* levels) : scale(layout::tq4_byte_lut(levels, lut)) {}
+  __device__ void operator()(uint32_t w, __half2* h) const { layout::tq4_word_decode_half(w, lut, h); }
+};
+template <>
+struct CodeDecoder<CodecId::tq3> {
+  static constexpr float scale = 1.0f;
+  uint32_t lut[4];
+  __device__ explicit CodeDecoder(const float* levels) { layout::tq3_half_lut(levels, lut); }
+};
+
+// Raw K (kHalf 0) or V (1) rows of a stage -> f16 tile dst [16][D] (swizzled), for tq3, whose 3-bit codes do not
+// fall into 4-byte words: each unit of 8 through the decoder's table (the levels rounded to f16 once, as the CPU's
+// floats would round). The per-row gain (kFold) is left out of the values and stored per token in fac[16].
 template <CodecId C, int D, int kHalf>
-__device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv, uint8_t* dst, float* fac, int lane) {
+__device__ __forceinline__ void decode_tile(const uint8_t* raw, const CodeDecoder<C>& dec, uint8_t* dst, float* fac,
+                                            int lane) {
   using G = Cfg<C, D>;
-  static_assert(G::kFold, "the factor is left out of the values");
+  static_assert(C == CodecId::tq3 && G::kFold, "tq3 only; the factor is left out of the values");
   constexpr int kUnits = D / layout::kUnit, kStep = 32 / kUnits;  // a warp step covers kStep tokens
   static_assert(32 % kUnits == 0);
   const int u = lane % kUnits, lt = lane / kUnits;
@@ -196,10 +220,9 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
     for (int b = 0; b < kB; ++b) {
       const int tok = (i0 + b) * kStep + lt;
       const uint8_t* row = raw + kHalf * G::kHalfTile + tok * G::kRow;
-      float y[8];
-      f[b] = layout::unit_decode<C, false>(row, D, u, lv, y);
-      p[b] = make_uint4(pack_half2(y[0], y[1]), pack_half2(y[2], y[3]), pack_half2(y[4], y[5]),
-                        pack_half2(y[6], y[7]));
+      uint32_t h[4];
+      f[b] = layout::tq3_unit_decode_half<false>(row, u, dec.lut, h);
+      p[b] = make_uint4(h[0], h[1], h[2], h[3]);
     }
 #pragma unroll
     for (int b = 0; b < kB; ++b) {
@@ -210,29 +233,13 @@ __device__ __forceinline__ void decode_tile(const uint8_t* raw, const float* lv,
   }
 }
 
-// Code words -> f16 pairs (kKReg): layout::word_decode_half, or tq4's through a table in registers; scale
-// multiplies the row factors (kFold) where the pairs leave a step out.
-template <CodecId C>
-struct WordDecoder {
-  static constexpr float scale = 1.0f;
-  __device__ explicit WordDecoder(const float*) {}
-  __device__ void operator()(uint32_t w, __half2* h) const { layout::word_decode_half<C>(w, h); }
-};
-template <>
-struct WordDecoder<CodecId::tq4> {
-  uint32_t lut[4];
-  float scale;  // the levels' int8 step
-  __device__ explicit WordDecoder(const float* levels) : scale(layout::tq4_byte_lut(levels, lut)) {}
-  __device__ void operator()(uint32_t w, __half2* h) const { layout::tq4_word_decode_half(w, lut, h); }
-};
-
 // K (kKReg): the lane's code words of tokens g and g + 8 (kw[0], kw[1]) decoded, block scales applied, one k-step
 // at a time: f(ks, g_lo, g_hi, g8_lo, g8_hi) with the values of k 2c, 2c + 1 (lo) and 2c + 8, 2c + 9 (hi) of each
 // token, which both kernel forms take as fragments (B of S = Q K^T, A of S^T = K Q^T).
 template <CodecId C, int D, class F>
 __device__ __forceinline__ void for_each_k_step(const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
                                                 const __half2 (&ksc)[2][Cfg<C, D>::kSlots],
-                                                const WordDecoder<C>& dec, const F& f) {
+                                                const CodeDecoder<C>& dec, const F& f) {
   using G = Cfg<C, D>;
 #pragma unroll
   for (int i = 0; i < G::kLaneWords; ++i) {
@@ -255,7 +262,7 @@ __device__ __forceinline__ void for_each_k_step(const uint32_t (&kw)[2][Cfg<C, D
 // 0 (values 0, 1 of each run) or 1 (values 2, 3). Both kernel forms take these as fragments: B of O = P V, A of
 // O^T = V^T P^T.
 template <CodecId C, int D>
-__device__ __forceinline__ void decode_v_word(const uint8_t* raw, int w, int c, const WordDecoder<C>& dec,
+__device__ __forceinline__ void decode_v_word(const uint8_t* raw, int w, int c, const CodeDecoder<C>& dec,
                                               __half2 (&h)[2][2][2 * Cfg<C, D>::kRuns]) {
   using G = Cfg<C, D>;
   const uint8_t* vr = raw + G::kHalfTile + layout::codes_offset(C, D);
@@ -349,7 +356,7 @@ __device__ __forceinline__ void swap_softmax(float (&s)[4], int nvalid, int g, f
 // as B, and O^T += V^T P^T (A: decode_v_word).
 template <CodecId C, int D>
 __device__ __forceinline__ void swap_tile(const uint8_t* raw, const uint32_t (&kw)[2][Cfg<C, D>::kLaneWords],
-                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const WordDecoder<C>& dec,
+                                          const __half2 (&ksc)[2][Cfg<C, D>::kSlots], const CodeDecoder<C>& dec,
                                           const uint32_t (&qb)[D / 16][2], int nvalid, int g, int c,
                                           float (&o)[D / 16][4], float& m0, float& m1, float& l0, float& l1) {
   using G = Cfg<C, D>;

@@ -328,6 +328,38 @@ __device__ __forceinline__ void tq4_word_decode_half(uint32_t w, const uint32_t 
   }
 }
 
+// tq3 units through a table in registers: the 8 levels rounded to f16, their low bytes in lut[0..2) and high bytes
+// in lut[2..4), entry i at byte i % 4 of word i / 4.
+__device__ __forceinline__ void tq3_half_lut(const float* levels, uint32_t (&lut)[4]) {
+  for (int j = 0; j < 2; ++j) {
+    uint32_t lo = 0, hi = 0;
+    for (int b = 0; b < 4; ++b) {
+      const uint32_t h = __half_as_ushort(__float2half_rn(levels[4 * j + b]));
+      lo |= (h & 0xffu) << (8 * b);
+      hi |= (h >> 8) << (8 * b);
+    }
+    lut[j] = lo;
+    lut[2 + j] = hi;
+  }
+}
+// Unit u of a tq3 row -> h[k] = the f16 levels of values 8u + 2k, 8u + 2k + 1, unscaled; returns the gain. Each 3-bit
+// code moves into a nibble (the byte permute's selector), and two permutes look up 4 codes' low and high bytes.
+template <bool kNc = true>
+__device__ __forceinline__ float tq3_unit_decode_half(const uint8_t* row, int u, const uint32_t (&lut)[4],
+                                                      uint32_t (&h)[4]) {
+  const uint32_t bits = tq3_unit_bits<kNc>(row, u);
+  for (int half = 0; half < 2; ++half) {
+    const uint32_t x = half ? bits >> 12 : bits;  // codes at bits 3k; each step below moves one more up by k
+    uint32_t s = (x & 0x7u) | ((x << 1) & ~0x7u);
+    s = (s & 0x7fu) | ((x << 2) & ~0x7fu);
+    s = ((s & 0x7ffu) | ((x << 3) & ~0x7ffu)) & 0x7777u;
+    const uint32_t lo = prmt(lut[0], lut[1], s), hi = prmt(lut[2], lut[3], s);
+    h[2 * half] = prmt(lo, hi, 0x5140u);
+    h[2 * half + 1] = prmt(lo, hi, 0x7362u);
+  }
+  return load_f32<kNc>(row);
+}
+
 // tq4 / tq3 codes by pairs, for a decode through a table of f16 level pairs (entry i: levels[i % n] then
 // levels[i / n], n = kPairLevels): idx[k] = the pair index of values 8u+2k and 8u+2k+1 (tq4: their code byte;
 // tq3: their six code bits). Returns the row's gain.
