@@ -107,6 +107,20 @@ TEST(KvCodec, LayoutKnowsTheRotatedCodecs) {  // the kernels' compile-time copy 
   for (int c = 0; c < kNumCodecs; ++c) EXPECT_EQ(layout::rotated(CodecId(c)), codec(CodecId(c)).rotated) << c;
 }
 
+// The CUDA decode's tq4 table (layout::tq4_byte_lut) takes the levels as int8 multiples of levels[15] / 127: that
+// holds for the levels the device is given, each recovered exactly by rounding, and the table's step is the grid's.
+TEST(KvCodec, Tq4LevelsAreInt8MultiplesOfTheLargestOver127) {
+  const auto& l = tq4_levels();
+  const auto& q = tq4_levels_i8();
+  ASSERT_EQ(q[15], 127);
+  const float to_int = 127.0f / l[15];
+  for (int i = 0; i < 16; ++i) {
+    EXPECT_EQ(std::lrint(l[i] * to_int), q[i]) << i;
+    EXPECT_NEAR(l[i] * to_int, float(q[i]), 1e-3) << i;
+  }
+  EXPECT_NEAR(l[15] / 127.0f * tq4_grid(), 1.0, 1e-6);
+}
+
 TEST(KvCodec, HeadDimChecks) {
   EXPECT_THROW(check_head_dim(*find_codec("q8"), 48), Error);
   EXPECT_THROW(check_head_dim(*find_codec("tq4"), 96), Error);  // not a power of two
