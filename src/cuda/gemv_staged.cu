@@ -38,6 +38,12 @@ namespace {
 // calls), Q4_0 79.2-79.9 -> 81.5-81.8, Q8_0 86.2 -> 89.1; blocks of 32 warps (128 blocks, one per SM) 74.0-74.5 /
 // 74.9-75.0 / 89.3-89.7; at 4096 columns 16 warps lose 1-3 points (H200, session 24).
 constexpr int kStages = 2;
+// Stages each warp copies before griddepcontrol.wait; the rest go out once x has landed. x comes from L2 right after
+// the wait, and its loads queue behind every copy already in flight on the SM (ncu of the split kernel, which does the
+// same with q: a third to half of its warps' time at 32k waited on q). One of two: Q4_K step -0.02..-0.04 ms (fp8 32k
+// 2.145 -> 2.118-2.127), BF16 -0.05..-0.10 (q4r 32k 4.481 -> 4.387-4.390); none before the wait loses 0.05-0.08 ms
+// (H200, session 33, A/B in one call).
+constexpr int kEarlyStages = 1;
 constexpr int kWideCols = 8192;
 constexpr int warps_of(bool res, bool float_w, int cols) {
   return res ? (float_w ? 32 : 16) : !float_w && cols >= kWideCols ? 16 : 8;
@@ -69,7 +75,7 @@ size_t smem_bytes(int warps, GgmlType t, int cols) {
 // contiguous bytes, balanced to a row.
 // PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
 template <GgmlType T, bool RES, bool PAIRS, int kWarps>
-__global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_staged_kernel(GemvArgs a) {
+__device__ __forceinline__ void gemv_staged(const GemvArgs& a) {
   constexpr int kThreads = 32 * kWarps, S = kStages;
   using F = Slot<T>;
   using L = SmemLayout<kWarps, S>;
@@ -111,7 +117,7 @@ __global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_sta
   };
   if (lane == 0) {
     for (int s = 0; s < S; ++s) mbar_init(bars + s * 8, 1);
-    for (int i = 0; i < min(n, S); ++i) issue(i);
+    for (int i = 0; i < min(n, kEarlyStages); ++i) issue(i);
   }
   if constexpr (RES) {
     // The residual was written two kernels back or earlier, by a kernel that finished before the one before this one
@@ -159,6 +165,8 @@ __global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_sta
       }
     }
   }
+  if (lane == 0)
+    for (int i = kEarlyStages; i < min(n, S); ++i) issue(i);
   if (warp == 0) {
     const float scale = rms_scale(a);  // once per block, not per warp
     if (lane == 0) misc[32] = scale;
@@ -205,11 +213,30 @@ __global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_sta
   }
 }
 
+template <GgmlType T, bool RES, bool PAIRS, int kWarps>
+__global__ void __launch_bounds__(32 * kWarps, min_blocks(RES, kWarps)) gemv_staged_kernel(GemvArgs a) {
+  gemv_staged<T, RES, PAIRS, kWarps>(a);
+}
+// Float residual blocks (32 warps) at 64 registers take an SM's whole register file, so a decode merge block (128
+// threads of 32 registers, resident beside the split kernel's) holds back wo's block on its SM until it exits. At 56
+// (no spills) one fits beside: BF16 weights, fp8 KV at 128k 6.128-6.135 -> 6.093-6.095 ms, the other rows within
+// noise; quantized residual blocks at 54 (from 70) were 4% slower (H200, session 33).
+constexpr int kResFloatRegs = 56;
+template <GgmlType T, bool RES, bool PAIRS, int kWarps>
+__global__ void __maxnreg__(kResFloatRegs) gemv_staged_capped(GemvArgs a) {
+  gemv_staged<T, RES, PAIRS, kWarps>(a);
+}
+template <GgmlType T, bool RES, bool PAIRS, int kWarps>
+constexpr auto gemv_kernel() {
+  if constexpr (RES && kFloat<T>) return gemv_staged_capped<T, RES, PAIRS, kWarps>;
+  else return gemv_staged_kernel<T, RES, PAIRS, kWarps>;
+}
+
 template <GgmlType T, bool RES, bool PAIRS = false, int kWarps = warps_of(RES, kFloat<T>, 0)>
 cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
   constexpr int kThreads = 32 * kWarps;
   const size_t smem = smem_bytes(kWarps, T, a.cols);
-  auto* k = gemv_staged_kernel<T, RES, PAIRS, kWarps>;
+  auto* k = gemv_kernel<T, RES, PAIRS, kWarps>();
   // Per instance, once per shared-memory size (host work on every launch otherwise, where the step runs without its
   // graph): the attribute allowing the largest size so far, and the blocks of the resident grid.
   static std::mutex mu;
