@@ -3,7 +3,7 @@
 // Why: a GEMV moves each weight byte once, so its speed is the bytes it keeps in flight and how fast it consumes
 // them. The register-fed kernel of gemv.cu holds one or two rows' loads per warp and waits for them (latency-bound at
 // 4096 columns: 0.6 waves, 3.7 warps per scheduler, 63% of stalls on global loads). Here lane 0 of each warp keeps
-// kStages copies of ~2.3 KB in flight without a register each, and issues the first ones before
+// kStages copies of ~2.3 KB in flight without a register each, and issues the first one before
 // griddepcontrol.wait: the weights never depend on the kernel before, so they stream while it finishes.
 //
 // A row is cut into units of 64 or 128 slots (gemv_slots.cuh: Q4_K a pair of 32-value sub-blocks, Q4_0 two blocks,
@@ -41,8 +41,8 @@ constexpr int kStages = 2;
 // Stages each warp copies before griddepcontrol.wait; the rest go out once x has landed. x comes from L2 right after
 // the wait, and its loads queue behind every copy already in flight on the SM (ncu of the split kernel, which does the
 // same with q: a third to half of its warps' time at 32k waited on q). One of two: Q4_K step -0.02..-0.04 ms (fp8 32k
-// 2.145 -> 2.118-2.127), BF16 -0.05..-0.10 (q4r 32k 4.481 -> 4.387-4.390); none before the wait loses 0.05-0.08 ms
-// (H200, session 33, A/B in one call).
+// 2.145 -> 2.118-2.127), BF16 -0.05..-0.10 (q4r 32k 4.481 -> 4.387-4.390); none before the wait is 0.03-0.12 ms
+// slower (H200, session 33, A/B in one call).
 constexpr int kEarlyStages = 1;
 constexpr int kWideCols = 8192;
 constexpr int warps_of(bool res, bool float_w, int cols) {
