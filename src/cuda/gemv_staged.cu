@@ -40,9 +40,9 @@ namespace {
 constexpr int kStages = 2;
 // Stages each warp copies before griddepcontrol.wait; the rest go out once x has landed. x comes from L2 right after
 // the wait, and its loads queue behind every copy already in flight on the SM (ncu of the split kernel, which does the
-// same with q: a third to half of its warps' time at 32k waited on q). One of two: Q4_K step -0.02..-0.04 ms (fp8 32k
-// 2.145 -> 2.118-2.127), BF16 -0.05..-0.10 (q4r 32k 4.481 -> 4.387-4.390); none before the wait is 0.03-0.12 ms
-// slower (H200, session 33, A/B in one call).
+// same with q: a third to half of its warps' time at 32k waited on q). One of two: Q4_K step -0.01..-0.05 ms at 32k
+// and 128k (fp8 32k 2.145 -> 2.118-2.127), BF16 -0.03..-0.10 (q4r 32k 4.481 -> 4.387-4.390); none before the wait
+// is 0.03-0.12 ms slower, and the second copy issued right behind x's loads 0.01-0.07 (H200, session 33, A/B).
 constexpr int kEarlyStages = 1;
 constexpr int kWideCols = 8192;
 constexpr int warps_of(bool res, bool float_w, int cols) {
