@@ -251,6 +251,11 @@ constexpr bool kHasUnitDecodeHalf =
     C == CodecId::f16 || C == CodecId::fp8 || C == CodecId::q8 || C == CodecId::q4 || C == CodecId::q4r;
 
 __device__ __forceinline__ __half2 bits_as_half2(uint32_t b) { return *reinterpret_cast<const __half2*>(&b); }
+// Bytes 0, 1 (pair 0) or 2, 3 (pair 1) of x as an f16 pair less bias: 0x6400 | b is the f16 1024 + b for a byte b
+// (q8 codes biased by 128, q4 nibbles, tq4's biased int8 levels), so bias 1024 + the codes' offset gives them exact.
+__device__ __forceinline__ __half2 byte_pair_half2(uint32_t x, int pair, __half2 bias) {
+  return __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, pair ? 0x4342 : 0x4140)), bias);
+}
 
 // Returns the factor as a float (fp8: scale * 2^8; q8 / q4: the f16 block scale; f16: 1).
 template <CodecId C, bool kNc = true>
@@ -270,7 +275,7 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
     }
     return load_f32<kNc>(row) * 256.0f;
   } else {
-    // 0x6400 | b is the f16 1024 + b for a byte b: q8 codes biased by 128, q4 nibbles (code - 8 stored + 8).
+    // q8 codes biased by 128, q4 nibbles (code - 8 stored + 8): byte_pair_half2.
     uint32_t w[2];
     float bias;
     const uint8_t* codes = row + q_scales_bytes(d);
@@ -291,7 +296,7 @@ __device__ __forceinline__ float unit_decode_half(const uint8_t* row, int d, int
       bias = 1032.0f;
     }
     const __half2 b2 = __float2half2_rn(bias);
-    for (int k = 0; k < 4; ++k) h[k] = __hsub2(bits_as_half2(__byte_perm(w[k / 2], 0x64646464u, k % 2 ? 0x4342 : 0x4140)), b2);
+    for (int k = 0; k < 4; ++k) h[k] = byte_pair_half2(w[k / 2], k % 2, b2);
     return half_bits_to_f32(load_u16<kNc>(row + 2 * (u / 4)));
   }
 }
@@ -323,8 +328,8 @@ __device__ __forceinline__ void tq4_word_decode_half(uint32_t w, const uint32_t 
     const uint32_t x = half ? w >> 16 : w, sel = x & 0x7777u;
     const uint32_t m = prmt(x << 4, x, 0xd9c8u);  // byte k: 0xff where code k >= 8
     const uint32_t b = (prmt(lut[0], lut[1], sel) & ~m) | (prmt(lut[2], lut[3], sel) & m);
-    h[2 * half] = __hsub2(bits_as_half2(prmt(b, 0x64646464u, 0x4140u)), b2);
-    h[2 * half + 1] = __hsub2(bits_as_half2(prmt(b, 0x64646464u, 0x4342u)), b2);
+    h[2 * half] = byte_pair_half2(b, 0, b2);
+    h[2 * half + 1] = byte_pair_half2(b, 1, b2);
   }
 }
 
@@ -403,15 +408,15 @@ __device__ __forceinline__ void word_decode_half(uint32_t w, __half2* h) {
   } else if constexpr (C == CodecId::q8) {
     const uint32_t x = w ^ 0x80808080u;
     const __half2 b2 = __float2half2_rn(1152.0f);
-    h[0] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4140)), b2);
-    h[1] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4342)), b2);
+    h[0] = byte_pair_half2(x, 0, b2);
+    h[1] = byte_pair_half2(x, 1, b2);
   } else {
     static_assert(C == CodecId::q4 || C == CodecId::q4r, "no code-word decode for this codec");
     const __half2 b2 = __float2half2_rn(1032.0f);
     for (int r = 0; r < 2; ++r) {
       const uint32_t x = (w >> (4 * r)) & 0x0f0f0f0fu;
-      h[2 * r] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4140)), b2);
-      h[2 * r + 1] = __hsub2(bits_as_half2(__byte_perm(x, 0x64646464u, 0x4342)), b2);
+      h[2 * r] = byte_pair_half2(x, 0, b2);
+      h[2 * r + 1] = byte_pair_half2(x, 1, b2);
     }
   }
 }
