@@ -22,17 +22,17 @@ constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
 
 // Stages of a split kernel's ring, per warp: as many as the shared memory of min_blocks blocks per SM holds (227 KB
-// per SM, 1 KB of it reserved per block; 256 bytes of static arrays), 2 to 6. A warp has (stages - 1) tiles in
+// per SM, 1 KB of it reserved per block; 256 bytes of static arrays), 2 to `cap`. A warp has (stages - 1) tiles in
 // flight, and the bytes in flight per SM are what a memory-bound loop waits on (Little's law: ~3 us of loaded
-// latency x 30 GB/s per SM ~ 100 KB). Where the cap of 6 lets more blocks than min_blocks fit (small rows: q4,
+// latency x 30 GB/s per SM ~ 100 KB). Where the cap lets more blocks than min_blocks fit (small rows: q4,
 // q4r), a shorter ring that fits as many also leaves room for a block of the merge kernel, if there is one: the
 // merge's blocks start while the split kernel runs (pdl.cuh), and the next split's blocks start while the merge
 // runs; with no room beside it, q4r's attention took 75 us at 128k instead of 65 (H200, session 14).
-constexpr int ring_stages(int raw, int decoded, int min_blocks, int d) {
+constexpr int ring_stages(int raw, int decoded, int min_blocks, int d, int cap) {
   constexpr int kSm = 227 << 10, kBlockExtra = (1 << 10) + 256;
   auto block = [&](int s) { return kWarps * (s * raw + decoded) + kBlockExtra; };
   const int budget = ((kSm / min_blocks - kBlockExtra) / kWarps - decoded) / raw;
-  const int stages = budget < 2 ? 2 : budget > 6 ? 6 : budget, fit = kSm / block(stages);
+  const int stages = budget < 2 ? 2 : budget > cap ? cap : budget, fit = kSm / block(stages);
   for (int s = stages; s > 2 && fit > min_blocks && kSm / block(s) == fit; --s)
     if (fit * block(s) + merge_smem_bytes(d) + (1 << 10) <= kSm) return s;
   return stages;
@@ -79,8 +79,13 @@ struct Cfg {
   // kernel's last blocks. 0: the registers of kMinBlocks blocks per SM.
   static constexpr int kMaxRegs = kBiased && D == 128 ? 120 : 0;
   static constexpr int kDecoded = kDirect || kKReg ? 0 : kTile + 2 * kTok * 4;  // decoded tile + row factors
-  // Stages of the ring (ring_stages): as many as the shared memory of kMinBlocks blocks per SM holds, 2 to 6.
-  static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D);
+  // Stages of the ring (ring_stages): as many as the shared memory of kMinBlocks blocks per SM holds, 2 to 6; kBiased
+  // at most 3, so that its 4 blocks per SM keep 74 KB in flight, not 147. The copy bandwidth needs ~36 KB per SM, and
+  // past ~72 KB every KB in flight on every SM delays each load that hits L2 by ~25 ns (bench/gpu/queue_bench.cu):
+  // q, the merge's partials, the GEMVs' x. q4r at 32k / 128k, ms a token: Q4_K weights 2.058 / 3.010 -> 2.017 /
+  // 2.980, BF16 4.368 / 5.332 -> 4.305 / 5.271 (alone 18.8 -> 18.2 us at 32k, equal at 128k). fp8 capped at 3 lost
+  // 0.07-0.11 ms; f16 has 3 either way (H200, session 34).
+  static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D, kBiased ? 3 : 6);
   static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
   // a quarter of its loop); f16 and bf16 keep the per-lane copies, which write the swizzled layout ldmatrix needs.
