@@ -1,6 +1,7 @@
-// How long a load that hits L2 takes while its SM has copies from DRAM in flight. The decode step's kernels read
-// their input vector from L2 right after griddepcontrol.wait (x in the GEMVs, q in the attention), behind the weight
-// or KV copies they issued before it (docs/cuda.md); ncu showed warps waiting there, and this measures the wait.
+// How long a load that hits L2 takes while the SMs have copies from DRAM in flight. The decode step's kernels read
+// their input vector from L2 right after griddepcontrol.wait (x in the GEMVs, q in the attention), while their own
+// weight or KV copies and their neighbours' are in flight (docs/cuda.md); ncu showed warps waiting there, and this
+// measures the wait (H200: ~25 ns per KB in flight per SM when all of them copy, nothing when one does).
 //
 // Every SM runs one block (or one SM alone: --grid 1). Warp 0 issues `inflight` bytes of copies from a region of
 // DRAM no round has read yet: bulk copies from lane 0 (cp.async.bulk, units of --unit bytes, an mbarrier each: the

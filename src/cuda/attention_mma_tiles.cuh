@@ -23,11 +23,12 @@ static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
 
 // Stages of a split kernel's ring, per warp: as many as the shared memory of min_blocks blocks per SM holds (227 KB
 // per SM, 1 KB of it reserved per block; 256 bytes of static arrays), 2 to `cap`. A warp has (stages - 1) tiles in
-// flight, and the bytes in flight per SM are what a memory-bound loop waits on (Little's law: ~3 us of loaded
-// latency x 30 GB/s per SM ~ 100 KB). Where the cap lets more blocks than min_blocks fit (small rows: q4,
-// q4r), a shorter ring that fits as many also leaves room for a block of the merge kernel, if there is one: the
-// merge's blocks start while the split kernel runs (pdl.cuh), and the next split's blocks start while the merge
-// runs; with no room beside it, q4r's attention took 75 us at 128k instead of 65 (H200, session 14).
+// flight, and the bytes in flight per SM are what a memory-bound loop waits on (Little's law), though the loaded
+// latency itself grows with what every SM keeps in flight (Cfg::kStages). Where the cap lets more blocks than
+// min_blocks fit (small rows: q4, q4r), a shorter ring that fits as many also leaves room for a block of the merge
+// kernel, if there is one: the merge's blocks start while the split kernel runs (pdl.cuh), and the next split's
+// blocks start while the merge runs; with no room beside it, q4r's attention took 75 us at 128k instead of 65 (H200,
+// session 14).
 constexpr int ring_stages(int raw, int decoded, int min_blocks, int d, int cap) {
   constexpr int kSm = 227 << 10, kBlockExtra = (1 << 10) + 256;
   auto block = [&](int s) { return kWarps * (s * raw + decoded) + kBlockExtra; };
