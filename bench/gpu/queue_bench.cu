@@ -230,7 +230,8 @@ struct Setup {
 
 // Bursts: the copies issued, then the timed loads; ns of the first load and of the chain's mean per load.
 void burst_table(const Setup& S, const std::vector<int>& kbs, int loads, int sms) {
-  std::printf("# %d blocks (one per SM of %d), %d-byte bulk units, %d dependent L2 loads, %d rounds; SM clock %.3f GHz\n",
+  std::printf("# %d blocks (one per SM of %d), %d-byte bulk units, %d dependent L2 loads, %d rounds; SM clock %.3f "
+              "GHz\n",
               S.grid, sms, S.unit, loads, S.rounds, S.cycles_per_ns);
   std::printf("%-9s %8s %14s %12s %14s %12s\n", "copies", "KB/SM", "first cycles", "first ns", "chain cycles",
               "chain ns");
