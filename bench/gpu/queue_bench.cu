@@ -241,7 +241,6 @@ void burst_table(const Setup& S, const std::vector<int>& kbs, int loads, int sms
       std::vector<long long> f_all, m_all;
       const int inflight = kb * 1024 / S.unit * S.unit;  // whole units (cp.async takes the same bytes)
       for (int r = 0; r < S.rounds; ++r) {
-        check(cudaMemset(S.sink, 0, size_t(S.grid) * 4), "sink");
         warm_kernel<<<1, 256>>>(S.hot, S.sink);
         if (offset + S.per_round > S.dram_bytes) offset = 0;
         Args a{S.dram + offset, S.hot, inflight, S.unit, loads, int(S.smem), S.first, S.mean, S.sink};

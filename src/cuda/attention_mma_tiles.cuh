@@ -85,7 +85,7 @@ struct Cfg {
   // past ~72 KB every KB in flight on every SM delays each load that hits L2 by ~25 ns (bench/gpu/queue_bench.cu):
   // q, the merge's partials, the GEMVs' x. q4r at 32k / 128k, ms a token: Q4_K weights 2.058 / 3.010 -> 2.017 /
   // 2.980, BF16 4.368 / 5.332 -> 4.305 / 5.271 (alone 18.8 -> 18.2 us at 32k, equal at 128k). fp8 capped at 3 lost
-  // 0.07-0.11 ms; f16 has 3 either way (H200, session 34).
+  // 0.05-0.12 ms; f16 has 3 either way (H200, session 34).
   static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D, kBiased ? 3 : 6);
   static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
