@@ -85,7 +85,8 @@ struct Cfg {
   // past ~72 KB every KB in flight on every SM delays each load that hits L2 by ~25 ns (bench/gpu/queue_bench.cu):
   // q, the merge's partials, the GEMVs' x. q4r at 32k / 128k, ms a token: Q4_K weights 2.058 / 3.010 -> 2.017 /
   // 2.980, BF16 4.368 / 5.332 -> 4.305 / 5.271 (alone 18.8 -> 18.2 us at 32k, equal at 128k). fp8 capped at 3 lost
-  // 0.05-0.12 ms; f16 has 3 either way (H200, session 34).
+  // 0.05-0.12 ms; f16 has 3 either way (H200, session 34). fp8 using 3 or 2 of its 6 stages at the same 2 blocks per
+  // SM lost 0.04-0.27 ms (Q4_K, 32k and 128k; session 35): its loop needs the depth.
   static constexpr int kStages = ring_stages(kRaw, kDecoded, kMinBlocks, D, kBiased ? 3 : 6);
   static constexpr int kWarpBytes = kStages * kRaw + kDecoded;
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
