@@ -342,9 +342,17 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
   };
 
   const DeviceWeight& E = b_.embedding();
-  check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
   const auto& layers = b_.layers();
-  add_norm(nullptr, layers[0].attn_norm.as<float>(), attn_in(layers[0]));
+  if (fused_norm_) {  // layer 0's norm in the embedding kernel, as the GEMV epilogues fuse every later one
+    const bool codes = codes_for(attn_in(layers[0]));
+    check(ops::embed_norm_part(E.type(), E.data(), E.row_bytes(), id, d, x, layers[0].attn_norm.as<float>(), xb, ss,
+                               codes ? detail::gemv_quant_x(ns, d) : detail::QuantX{}, s),
+          "embedding + norm");
+    scaled = true;
+  } else {
+    check(ops::embed(E.type(), E.data(), E.row_bytes(), id, 1, d, x, s), "embed");
+    add_norm(nullptr, layers[0].attn_norm.as<float>(), attn_in(layers[0]));
+  }
   for (int l = 0; l < L; ++l) {
     const CudaBackend::Layer& w = layers[size_t(l)];
     if (w.wqkv) {
@@ -375,14 +383,14 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
     // take it in their pass over x; otherwise a kernel of its own.
     const bool down_q = gemv_quantizes_x(w.down->type());
-    // down ends the layer: the next layer's norm follows (fused where the step fuses), or after the last layer the
-    // output norm, as a kernel.
+    // down ends the layer: the next layer's norm follows, or after the last layer the output norm, fused where the
+    // step fuses; with no logits wanted, only the residual add.
     auto down = [&](const float* in, GemvFusion f) {
       if (l + 1 < L) {
         const CudaBackend::Layer& n = layers[size_t(l + 1)];
         end_block(*w.down, in, f, n.attn_norm.as<float>(), attn_in(n), fused_norm_);
       } else {
-        end_block(*w.down, in, f, logits ? b_.output_norm() : nullptr, Next{&b_.output()}, false);
+        end_block(*w.down, in, f, logits ? b_.output_norm() : nullptr, Next{&b_.output()}, fused_norm_ && logits);
       }
     };
     if (w.gate_up && !gemv_quantizes_x(w.gate_up->type())) {

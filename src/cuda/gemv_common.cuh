@@ -70,13 +70,8 @@ __device__ __forceinline__ void residual_epilogue(const GemvArgs& a, const float
   const int lane = threadIdx.x, r = blockIdx.x * 32 + lane;
   const float xn = (pre ? pre[lane] : a.res[r]) + dots[lane];
   a.res[r] = xn;
-  const float xw = __fmul_rn(xn, pre ? pre[32 + lane] : a.norm_w[r]);
-  if (a.norm_x) a.norm_x[r] = xw;
-  if (a.norm_q.xq) quantize_x_block32(xw, blockIdx.x * 32, a.norm_q.xq, a.norm_q.xd, a.norm_q.xs);
-  double sq = double(__fmul_rn(xn, xn));
-#pragma unroll
-  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
-  if (lane == 0) a.ss_part[blockIdx.x] = sq;
+  norm_part_block32(xn, pre ? pre[32 + lane] : a.norm_w[r], blockIdx.x * 32, a.norm_x, a.norm_q.xq, a.norm_q.xd,
+                    a.norm_q.xs, a.ss_part);
 }
 
 }  // namespace kvtax::cuda::detail

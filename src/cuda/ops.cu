@@ -27,6 +27,17 @@ __global__ void embed_kernel(const uint8_t* table, size_t row_bytes, const int32
     out[size_t(t) * d + c] = dequant_at<T>(row, c);
 }
 
+template <GgmlType T>
+__global__ void embed_norm_part_kernel(const uint8_t* table, size_t row_bytes, const int32_t* id, int d, float* x,
+                                       const float* w, float* xw, double* ss_part, detail::QuantX q) {
+  detail::pdl_trigger();  // the first GEMV's blocks may launch and stream their first weights meanwhile
+  const int c = blockIdx.x * blockDim.x + threadIdx.x;
+  if (c >= d) return;  // whole warps: d is a multiple of 32
+  const float v = dequant_at<T>(table + size_t(*id) * row_bytes, c);
+  x[c] = v;
+  detail::norm_part_block32(v, w[c], c & ~31, xw, q.xq, q.xd, q.xs, ss_part);
+}
+
 // The block's sum of the threads' partials ss -> 1 / sqrt(mean + eps) for every thread: warp sums by shuffles, then
 // every warp sums the (at most 32) warp partials with shuffles, not a serial loop of dependent adds, and takes lane
 // 0's total, so every thread scales by the same mean. part: one slot per warp.
@@ -262,6 +273,25 @@ cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int3
     default: return cudaErrorInvalidValue;
   }
   return cudaGetLastError();
+}
+
+cudaError_t embed_norm_part(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* id, int d, float* x,
+                            const float* w, float* xw, double* ss_part, const detail::QuantX& q, cudaStream_t s) {
+  if (d % 32 != 0) return cudaErrorInvalidValue;
+  const unsigned grid = blocks_for(d);
+  const auto go = [&](auto kernel) {
+    kernel<<<grid, kThreads, 0, s>>>(table, row_bytes, id, d, x, w, xw, ss_part, q);
+    return cudaGetLastError();
+  };
+  switch (t) {
+    case GgmlType::F32: return go(embed_norm_part_kernel<GgmlType::F32>);
+    case GgmlType::F16: return go(embed_norm_part_kernel<GgmlType::F16>);
+    case GgmlType::BF16: return go(embed_norm_part_kernel<GgmlType::BF16>);
+    case GgmlType::Q8_0: return go(embed_norm_part_kernel<GgmlType::Q8_0>);
+    case GgmlType::Q4_0: return go(embed_norm_part_kernel<GgmlType::Q4_0>);
+    case GgmlType::Q4_K: return go(embed_norm_part_kernel<GgmlType::Q4_K>);
+    default: return cudaErrorInvalidValue;
+  }
 }
 
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {

@@ -27,6 +27,12 @@ bool embed_supported(GgmlType t);  // F32, F16, BF16, Q8_0, Q4_0, Q4_K
 // out[i][:] = row ids[i] of the table (d columns, d a multiple of 256 for the quantized types).
 cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* ids, int n, int d, float* out,
                   cudaStream_t s);
+// One token's row of the table into x (d columns, a multiple of 32), then the norm by w as a fused decode step leaves
+// it for the GEMVs after it (gemv.h's GemvFusion::res): xw = x * w without the 1/rms, xw's int8 codes if q.xq is set,
+// and the sum of squares of each 32 values of x in ss_part[d / 32]. The step's first kernel: no one-block norm
+// between it and the first GEMV.
+cudaError_t embed_norm_part(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* id, int d, float* x,
+                            const float* w, float* xw, double* ss_part, const detail::QuantX& q, cudaStream_t s);
 // rows vectors of n: out = x / rms(x) * w (out may alias x).
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s);
 // x += y (y may be null), then out = x / rms(x) * w: the residual add and the next norm in one pass (one row

@@ -26,6 +26,20 @@ __device__ __forceinline__ void quantize_x_block32(float v, int base, int8_t* xq
   }
 }
 
+// A fused norm's part of 32 values, one per lane (lane i holds x[base + i]), as the decode step leaves it for the GEMVs
+// after it (GemvFusion::rms_part): x * w without the 1/rms (into norm_x, if set), its int8 codes (if xq is set), and
+// the 32 float squares of x summed in double into ss_part[base / 32].
+__device__ __forceinline__ void norm_part_block32(float x, float w, int base, float* norm_x, int8_t* xq, float* xd,
+                                                  float* xs, double* ss_part) {
+  const float xw = __fmul_rn(x, w);
+  if (norm_x) norm_x[base + (threadIdx.x & 31)] = xw;
+  if (xq) quantize_x_block32(xw, base, xq, xd, xs);
+  double sq = double(__fmul_rn(x, x));
+#pragma unroll
+  for (int o = 16; o > 0; o >>= 1) sq += __shfl_xor_sync(0xffffffffu, sq, o);
+  if ((threadIdx.x & 31) == 0) ss_part[base / 32] = sq;
+}
+
 // An RMS norm's factor 1 / sqrt(mean + eps) from the row's sum of squares (float squares summed in double): llama.cpp's
 // rounding steps, as the CPU, a float mean and 1/sqrtf. The norm kernels and the GEMVs that apply a fused norm's
 // factor (GemvFusion::rms_part) both take it from here.
