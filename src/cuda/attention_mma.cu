@@ -63,7 +63,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   const uint32_t bar0 = smem_addr(&bars[warp][0]);
   auto bar = [&](int slot) { return bar0 + 8 * slot; };
   // Starts the copy of the warp's tile j (page entry pg_j) into its stage, ring slot j % kStages (which the loop
-  // counts instead of dividing: kStages is 5 for q4 / q4r).
+  // counts instead of dividing: kStages is 3 or 6 for most codecs, not a power of two).
   auto issue = [&](int j, int slot, int32_t pg_j) {
     const uint32_t stage = ws + slot * G::kRaw;
     if constexpr (G::kBulk) {

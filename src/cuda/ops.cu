@@ -4,6 +4,7 @@
 #include <cuda_runtime.h>
 
 #include <algorithm>
+#include <type_traits>
 
 #include "cuda/ops.h"
 #include "cuda/dequant.cuh"
@@ -255,43 +256,47 @@ unsigned blocks_for(int64_t n) { return unsigned((n + kThreads - 1) / kThreads);
 
 }  // namespace
 
+namespace {
+
+// go(std::integral_constant<GgmlType, T>{}) for the embedding table types the kernels read (dequant_at's), the one list
+// behind embed_supported, embed and embed_norm_part.
+template <class Go>
+cudaError_t with_embed_type(GgmlType t, const Go& go) {
+  using T = GgmlType;
+  switch (t) {
+    case T::F32: return go(std::integral_constant<T, T::F32>{});
+    case T::F16: return go(std::integral_constant<T, T::F16>{});
+    case T::BF16: return go(std::integral_constant<T, T::BF16>{});
+    case T::Q8_0: return go(std::integral_constant<T, T::Q8_0>{});
+    case T::Q4_0: return go(std::integral_constant<T, T::Q4_0>{});
+    case T::Q4_K: return go(std::integral_constant<T, T::Q4_K>{});
+    default: return cudaErrorInvalidValue;
+  }
+}
+
+}  // namespace
+
 bool embed_supported(GgmlType t) {
-  return t == GgmlType::F32 || t == GgmlType::F16 || t == GgmlType::BF16 || t == GgmlType::Q8_0 ||
-         t == GgmlType::Q4_0 || t == GgmlType::Q4_K;
+  return with_embed_type(t, [](auto) { return cudaSuccess; }) == cudaSuccess;
 }
 
 cudaError_t embed(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* ids, int n, int d, float* out,
                   cudaStream_t s) {
   const dim3 grid((d + kThreads - 1) / kThreads, n);
-  switch (t) {
-    case GgmlType::F32: embed_kernel<GgmlType::F32><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
-    case GgmlType::F16: embed_kernel<GgmlType::F16><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
-    case GgmlType::BF16: embed_kernel<GgmlType::BF16><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
-    case GgmlType::Q8_0: embed_kernel<GgmlType::Q8_0><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
-    case GgmlType::Q4_0: embed_kernel<GgmlType::Q4_0><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
-    case GgmlType::Q4_K: embed_kernel<GgmlType::Q4_K><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out); break;
-    default: return cudaErrorInvalidValue;
-  }
-  return cudaGetLastError();
+  return with_embed_type(t, [&](auto type) {
+    embed_kernel<decltype(type)::value><<<grid, kThreads, 0, s>>>(table, row_bytes, ids, d, out);
+    return cudaGetLastError();
+  });
 }
 
 cudaError_t embed_norm_part(GgmlType t, const uint8_t* table, size_t row_bytes, const int32_t* id, int d, float* x,
                             const float* w, float* xw, double* ss_part, const detail::QuantX& q, cudaStream_t s) {
   if (d % 32 != 0) return cudaErrorInvalidValue;
-  const unsigned grid = blocks_for(d);
-  const auto go = [&](auto kernel) {
-    kernel<<<grid, kThreads, 0, s>>>(table, row_bytes, id, d, x, w, xw, ss_part, q);
+  return with_embed_type(t, [&](auto type) {
+    embed_norm_part_kernel<decltype(type)::value><<<blocks_for(d), kThreads, 0, s>>>(table, row_bytes, id, d, x, w, xw,
+                                                                                     ss_part, q);
     return cudaGetLastError();
-  };
-  switch (t) {
-    case GgmlType::F32: return go(embed_norm_part_kernel<GgmlType::F32>);
-    case GgmlType::F16: return go(embed_norm_part_kernel<GgmlType::F16>);
-    case GgmlType::BF16: return go(embed_norm_part_kernel<GgmlType::BF16>);
-    case GgmlType::Q8_0: return go(embed_norm_part_kernel<GgmlType::Q8_0>);
-    case GgmlType::Q4_0: return go(embed_norm_part_kernel<GgmlType::Q4_0>);
-    case GgmlType::Q4_K: return go(embed_norm_part_kernel<GgmlType::Q4_K>);
-    default: return cudaErrorInvalidValue;
-  }
+  });
 }
 
 cudaError_t rmsnorm(const float* x, const float* w, float* out, int rows, int n, float eps, cudaStream_t s) {
