@@ -16,7 +16,8 @@ case "${1:-}" in
     trap 'rm -rf "$stage"' EXIT
     bins=("$build/tests/kvtax_cuda_tests" "$build/bench/kvtax_gpu_bench" "$build/bench/kvtax_gpu_decode_bench"
           "$build/bench/kvtax_gpu_prefill_bench" "$build/bench/kvtax_gpu_generate_bench"
-          "$build/bench/kvtax_gpu_link_bench" "$build/bench/kvtax_gpu_queue_bench" "$build/kvtax")
+          "$build/bench/kvtax_gpu_link_bench" "$build/bench/kvtax_gpu_queue_bench" "$build/bench/kvtax_gpu_phase_bench"
+          "$build/kvtax")
     cp "${bins[@]}" "$stage/"
     strip "$stage"/kvtax*
     ldd "${bins[@]}" | awk '/=> \//{print $3}' | sort -u |

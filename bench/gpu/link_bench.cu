@@ -20,15 +20,11 @@
 #include <vector>
 
 #include "../bench_util.h"
+#include "cuda_check.h"
 
 namespace {
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "link_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+void check(cudaError_t e, const char* what) { kvtax_bench::cuda_check(e, "link_bench", what); }
 
 enum class Mode { plain, pdl, early, flag };
 

@@ -22,6 +22,7 @@
 #include <vector>
 
 #include "../bench_util.h"
+#include "cuda_check.h"
 #include "cuda/mma.cuh"
 
 namespace {
@@ -32,12 +33,7 @@ using kvtax::cuda::detail::mbar_init;
 using kvtax::cuda::detail::mbar_wait;
 using kvtax::cuda::detail::smem_addr;
 
-void check(cudaError_t e, const char* what) {
-  if (e != cudaSuccess) {
-    std::fprintf(stderr, "queue_bench: %s: %s\n", what, cudaGetErrorString(e));
-    std::exit(1);
-  }
-}
+void check(cudaError_t e, const char* what) { kvtax_bench::cuda_check(e, "queue_bench", what); }
 
 enum class Mode { bulk, cp_async };
 constexpr int kMaxUnits = 128, kHotWords = 1024;
