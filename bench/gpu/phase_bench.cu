@@ -210,10 +210,11 @@ int main(int argc, char** argv) {
     }
   }
   const int max_ring = *std::max_element(rings.begin(), rings.end());
-  if (unit < 16 || unit % 16 || phases < 2 || warps < 8 || producers < 1 || warps + producers > 32 || boundary < 0 || boundary > 2 || work < 0 || reps < 1 ||
-      max_ring * 1024 / unit > kMaxSlots || max_ring > 210) {
-    std::fprintf(stderr, "phase_bench: --unit a multiple of 16, --phases >= 2, --warps >= 8, --warps + --producers <= 32, --boundary 0-2, --ring at most 210 KB "
-                         "and %d units\n",
+  if (unit < 16 || unit % 16 || phases < 2 || warps < 8 || producers < 1 || warps + producers > 32 || boundary < 0 ||
+      boundary > 2 || work < 0 || reps < 1 || max_ring * 1024 / unit > kMaxSlots || max_ring > 210) {
+    std::fprintf(stderr,
+                 "phase_bench: --unit a multiple of 16, --phases >= 2, --warps >= 8, --warps + --producers <= 32, "
+                 "--boundary 0-2, --ring at most 210 KB and %d units\n",
                  kMaxSlots);
     return 2;
   }

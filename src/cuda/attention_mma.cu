@@ -25,6 +25,44 @@
 namespace kvtax::cuda::detail {
 namespace {
 
+// kProducer: the fifth warp's work. Lane w copies consumer warp w's tiles in order, each once its stage is free and
+// once the tile kWindow / kWarps before it has landed (one lane issuing every copy of the block measured ~1 TB/s:
+// queue_bench, session 34). It never waits on the kernel before, except in the block whose chunk holds the newest
+// row (the KV encode's), which puts its first tiles into L2 meanwhile.
+template <CodecId C, int D, bool kSwap>
+__device__ __forceinline__ void produce_tiles(const DecodeArgs& a, const uint8_t* kh, int c0, int n_tiles, bool early,
+                                              int lane, uint8_t* smem, uint64_t (*bars)[Cfg<C, D, kSwap>::kStages],
+                                              uint64_t (*empties)[Cfg<C, D, kSwap>::kStages]) {
+  using G = Cfg<C, D, kSwap>;
+  // Tiles in flight per consumer warp, below the ring: the tile kWin back then sits in a slot not yet refilled, so
+  // its phase cannot move on twice while the lane waits on it.
+  constexpr int kPerWarp = G::kWindow / kWarps;
+  constexpr int kWin = kPerWarp < 1 ? 1 : kPerWarp < G::kStages ? kPerWarp : G::kStages - 1;
+  const int w = lane;
+  const int tiles = n_tiles > w ? (n_tiles - w + kWarps - 1) / kWarps : 0;
+  auto tile_t0 = [&](int j) { return c0 + (w + j * kWarps) * kTok; };
+  auto page_of = [&](int j) { return __ldg(a.pages + (tile_t0(j) >> kPageShift)); };
+  int32_t pg_next = w < kWarps && tiles > 0 ? page_of(0) : 0;
+  if (!early) {  // the newest row is still being written: the first tiles go into L2 until the encode is done
+    if (w < kWarps && tiles > 0) {
+      const uint8_t* kr = kh + size_t(pg_next) * a.page_bytes + size_t(tile_t0(0) & (kPageTokens - 1)) * G::kRow;
+      prefetch_l2_bulk(kr, G::kHalfTile);
+      prefetch_l2_bulk(kr + a.v_offset, G::kHalfTile);
+    }
+    pdl_wait();
+  }
+  if (w >= kWarps) return;
+  for (int j = 0; j < tiles; ++j) {
+    const int slot = j % G::kStages;
+    const int32_t page = pg_next;
+    if (j + 1 < tiles) pg_next = page_of(j + 1);  // a tile ahead: its load is not waited on here
+    if (j >= kWin) mbar_wait(smem_addr(&bars[w][(j - kWin) % G::kStages]), unsigned((j - kWin) / G::kStages) & 1);
+    if (j >= G::kStages) mbar_wait(smem_addr(&empties[w][slot]), unsigned(j / G::kStages - 1) & 1);
+    issue_tile_bulk<C, D>(a, kh, page, tile_t0(j), smem_addr(smem + w * G::kWarpBytes + slot * G::kRaw),
+                          smem_addr(&bars[w][slot]));
+  }
+}
+
 // The kernel's body (mma_split_kernel below). grid (n_splits, n_kv_heads, row groups of 16 query heads; kSwap: one
 // group of up to 8).
 template <CodecId C, int D, bool kSwap>
@@ -34,6 +72,8 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   extern __shared__ __align__(128) uint8_t smem[];
   __shared__ float lv[16];
   __shared__ __align__(8) uint64_t bars[kWarps][G::kStages];  // kBulk: one per stage, phase j / kStages
+  // kProducer: a stage's tile used (a consumer's arrival), phase j / kStages
+  __shared__ __align__(8) uint64_t empties[G::kProducer ? kWarps : 1][G::kProducer ? G::kStages : 1];
 
   const int tid = threadIdx.x, warp = tid / 32, lane = tid % 32, g = lane / 4, c = lane % 4;
   const int split = blockIdx.x, h = blockIdx.y;
@@ -46,7 +86,8 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
       a.len_dev ? ((len + a.n_splits - 1) / a.n_splits + kChunkAlign - 1) / kChunkAlign * kChunkAlign : a.chunk;
   const int c0 = split * chunk, c1 = min(len, c0 + chunk);
   const int n_tiles = c0 < c1 ? (c1 - c0 + kTok - 1) / kTok : 0;
-  const int my_tiles = n_tiles > warp ? (n_tiles - warp + kWarps - 1) / kWarps : 0;
+  auto tiles_of = [&](int w) { return n_tiles > w ? (n_tiles - w + kWarps - 1) / kWarps : 0; };
+  const int my_tiles = tiles_of(warp);
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
 
   uint8_t* wb = smem + warp * G::kWarpBytes;
@@ -57,9 +98,11 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   // Page-table entries are loaded a tile ahead of their copy: a copy that waited on its entry would expose a
   // memory round trip per tile (the asm memory clobbers keep the compiler from hoisting the load itself).
   auto page_of = [&](int j) { return j < my_tiles ? __ldg(a.pages + (tile_t0(j) >> kPageShift)) : 0; };
-  int32_t pg[G::kStages];
+  int32_t pg[G::kStages] = {};
+  if constexpr (!G::kProducer) {
 #pragma unroll
-  for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
+    for (int j = 0; j < G::kStages; ++j) pg[j] = page_of(j);
+  }
   const uint32_t bar0 = smem_addr(&bars[warp][0]);
   auto bar = [&](int slot) { return bar0 + 8 * slot; };
   // Starts the copy of the warp's tile j (page entry pg_j) into its stage, ring slot j % kStages (which the loop
@@ -89,8 +132,25 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   // copies now, and the last one puts its first tiles into L2 meanwhile (L2 is where the encode's write lands too, so
   // a prefetch cannot go stale). q, also the encode's, is read after the wait.
   const bool early = c1 < len;
-  if (early) start_copies();
-  else if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
+  if constexpr (G::kProducer) {
+    if (tid == kThreads) {
+      for (int w = 0; w < kWarps; ++w)
+        for (int j = 0; j < G::kStages; ++j) {
+          mbar_init(smem_addr(&bars[w][j]), 1);
+          mbar_init(smem_addr(&empties[w][j]), 1);
+        }
+    }
+    __syncthreads();
+    if (warp == kWarps) {
+      pdl_trigger();
+      produce_tiles<C, D, kSwap>(a, kh, c0, n_tiles, early, lane, smem, bars, empties);
+      __syncthreads();  // the consumers' two barriers before their merge (the ring is then theirs)
+      __syncthreads();
+      return;
+    }
+  } else if (early) {
+    start_copies();
+  } else if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
     const int j = lane / 2;
     prefetch_l2_bulk(kh + size_t(page_of(j)) * a.page_bytes + size_t(tile_t0(j) & (kPageTokens - 1)) * G::kRow +
                          (lane % 2 ? a.v_offset : 0),
@@ -171,7 +231,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
     if constexpr (layout::rotated(C)) __syncthreads();  // lv
   }
 
-  if (!early) start_copies();
+  if (!G::kProducer && !early) start_copies();
   int32_t pg_next = pg[G::kStages - 1];  // entry of the next tile to copy
   if (!rotate_q) {
 #pragma unroll
@@ -257,7 +317,9 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
       __syncwarp();
       kt = vt = smem_addr(td);
     }
-    {  // refill the stage tile j - 1 used (every lane is past it)
+    if constexpr (G::kProducer) {  // the stage tile j - 1 used is free (every lane is past it)
+      if (lane == 0 && j > 0) mbar_arrive(smem_addr(&empties[warp][slot == 0 ? G::kStages - 1 : slot - 1]));
+    } else {  // refill it
       const int jn = j + G::kStages - 1;
       issue(jn, slot == 0 ? G::kStages - 1 : slot - 1, pg_next);
       pg_next = page_of(jn + 1);
@@ -453,11 +515,12 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
 // Registers capped for kMinBlocks blocks per SM, or at Cfg::kMaxRegs where that is set, by __maxnreg__ (which cannot
 // stand beside the launch bounds' block count, and which made tq3's rows form spill more where it replaced them).
 template <CodecId C, int D, bool kSwap>
-__global__ void __launch_bounds__(kThreads, Cfg<C, D, kSwap>::kMinBlocks) mma_split_kernel(DecodeArgs a) {
+__global__ void __launch_bounds__(Cfg<C, D, kSwap>::kBlockThreads, Cfg<C, D, kSwap>::kMinBlocks)
+    mma_split_kernel(DecodeArgs a) {
   mma_split<C, D, kSwap>(a);
 }
 template <CodecId C, int D, bool kSwap>
-__global__ void __launch_bounds__(kThreads) __maxnreg__((Cfg<C, D, kSwap>::kMaxRegs))
+__global__ void __launch_bounds__(Cfg<C, D, kSwap>::kBlockThreads) __maxnreg__((Cfg<C, D, kSwap>::kMaxRegs))
     mma_split_kernel_capped(DecodeArgs a) {
   mma_split<C, D, kSwap>(a);
 }
@@ -500,7 +563,8 @@ cudaError_t launch_codec_dim(const DecodeArgs& a, cudaStream_t st) {
   return with_form<C, D>(a.n_rep, [&]<bool kSwap>() {
     if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
     const dim3 grid(a.n_splits, a.n_kv_heads, (a.n_rep + kRows - 1) / kRows);
-    return launch_pdl_smem(split_kernel<C, D, kSwap>(), grid, kThreads, Cfg<C, D, kSwap>::kSmem, st, a);
+    using G = Cfg<C, D, kSwap>;
+    return launch_pdl_smem(split_kernel<C, D, kSwap>(), grid, G::kBlockThreads, G::kSmem, st, a);
   });
 }
 
@@ -508,8 +572,9 @@ template <CodecId C, int D>
 cudaError_t occupancy_codec_dim(int n_rep, int* blocks) {
   return with_form<C, D>(n_rep, [&]<bool kSwap>() {
     if (cudaError_t e = prepared<C, D, kSwap>(); e != cudaSuccess) return e;
-    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, kSwap>(), kThreads,
-                                                         Cfg<C, D, kSwap>::kSmem);
+    using G = Cfg<C, D, kSwap>;
+    return cudaOccupancyMaxActiveBlocksPerMultiprocessor(blocks, split_kernel<C, D, kSwap>(), G::kBlockThreads,
+                                                         G::kSmem);
   });
 }
 

@@ -92,6 +92,18 @@ struct Cfg {
   // Tiles land by bulk copy (two instructions from one lane, against ~130 for the per-lane copies of an fp8 tile:
   // a quarter of its loop); f16 and bf16 keep the per-lane copies, which write the swizzled layout ldmatrix needs.
   static constexpr bool kBulk = kHasBulkCopy && !kDirect;
+  // fp8: a fifth warp copies the tiles (kProducer). It never waits on the kernel before, so tiles keep landing in the
+  // ring while the other warps wait for q, and it keeps kWindow tiles of the block in flight (2 a warp, 67 KB per SM
+  // at 2 blocks), where each warp refilling its own ring kept 5 (169 KB): the KV encode's loads and q's, issued
+  // meanwhile, queue behind fewer bytes (bench/gpu/phase_bench.cu: a short window with a deep ring). H200, session
+  // 36, A/B in one call, two rounds: fp8 alone 22.2 -> 21.2 us at 32k, 68.6-68.9 -> 66.3-66.4 at 128k; Q4_K step
+  // 2.104-2.115 -> 2.063-2.088 ms at 32k, 3.688-3.694 -> 3.545-3.566 at 128k (83.6 -> 86.6-86.9% of the roofline).
+  // 3 tiles a warp in flight: no gain at 32k, 70.2 us at 128k; one lane issuing every copy of the block: ~3.2 TB/s.
+  // q8 lost at 128k (68.7 -> 72.6 us); the rotated codecs stage q behind block barriers; q4's 4 blocks per SM leave
+  // no registers for a fifth warp.
+  static constexpr bool kProducer = C == CodecId::fp8 && kBulk;
+  static constexpr int kWindow = 8;
+  static constexpr int kBlockThreads = kThreads + (kProducer ? 32 : 0);
   // The warps' merge rows (red, at the end of the kernel). In the GQA form at head_dim 128 one store of O^T's
   // accumulators writes dims 32 (g % 4) + 4 (g / 4) + k of rows 2c (+ 1): with rows D + 2 floats apart they fall
   // in 8 banks, 4-8 lanes each, on the path of the kernel's last instructions (ncu, session 18: 0.24 M of fp8's 0.27 M
