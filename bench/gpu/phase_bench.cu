@@ -28,6 +28,7 @@
 #include <cstdlib>
 #include <numeric>
 #include <string>
+#include <utility>
 #include <vector>
 
 #include "../bench_util.h"
@@ -36,12 +37,7 @@
 
 namespace {
 
-using kvtax::cuda::detail::bulk_copy;
-using kvtax::cuda::detail::mbar_arrive;
-using kvtax::cuda::detail::mbar_expect_bytes;
-using kvtax::cuda::detail::mbar_init;
-using kvtax::cuda::detail::mbar_wait;
-using kvtax::cuda::detail::smem_addr;
+using namespace kvtax::cuda::detail;  // the bulk copies and mbarriers of cuda/mma.cuh
 
 void check(cudaError_t e, const char* what) { kvtax_bench::cuda_check(e, "phase_bench", what); }
 
@@ -171,6 +167,9 @@ int main(int argc, char** argv) {
   std::vector<double> mbs = {9.4, 14.2, 33.0, 66.0};
   std::vector<int> windows = {36, 72}, rings = {72, 200};
   int phases = 48, warps = 16, producers = 8, work = 8, unit = 2304, reps = 5, boundary = 2;
+  const std::pair<const char*, int*> int_flags[] = {{"--phases", &phases}, {"--warps", &warps},
+                                                    {"--producers", &producers}, {"--boundary", &boundary},
+                                                    {"--work", &work}, {"--unit", &unit}, {"--reps", &reps}};
   for (int i = 1; i < argc; ++i) {
     const std::string f = argv[i];
     if (i + 1 >= argc) {
@@ -178,36 +177,25 @@ int main(int argc, char** argv) {
       return 2;
     }
     const std::string v = argv[++i];
-    auto ints = [&] {
-      std::vector<int> r;
-      for (const std::string& s : kvtax_bench::split(v)) r.push_back(std::atoi(s.c_str()));
-      return r;
-    };
-    if (f == "--mb") {
+    const auto list = kvtax_bench::split(v);
+    auto* known = std::find_if(std::begin(int_flags), std::end(int_flags), [&](const auto& p) { return f == p.first; });
+    if (known != std::end(int_flags)) {
+      *known->second = std::atoi(v.c_str());
+    } else if (f == "--mb") {
       mbs.clear();
-      for (const std::string& s : kvtax_bench::split(v)) mbs.push_back(std::atof(s.c_str()));
-    } else if (f == "--window") {
-      windows = ints();
-    } else if (f == "--ring") {
-      rings = ints();
-    } else if (f == "--phases") {
-      phases = std::atoi(v.c_str());
-    } else if (f == "--warps") {
-      warps = std::atoi(v.c_str());
-    } else if (f == "--producers") {
-      producers = std::atoi(v.c_str());
-    } else if (f == "--boundary") {
-      boundary = std::atoi(v.c_str());
-    } else if (f == "--work") {
-      work = std::atoi(v.c_str());
-    } else if (f == "--unit") {
-      unit = std::atoi(v.c_str());
-    } else if (f == "--reps") {
-      reps = std::atoi(v.c_str());
+      for (const std::string& x : list) mbs.push_back(std::atof(x.c_str()));
+    } else if (f == "--window" || f == "--ring") {
+      std::vector<int>& to = f == "--ring" ? rings : windows;
+      to.clear();
+      for (const std::string& x : list) to.push_back(std::atoi(x.c_str()));
     } else {
       std::fprintf(stderr, "phase_bench: unknown flag %s\n", f.c_str());
       return 2;
     }
+  }
+  if (mbs.empty() || windows.empty() || rings.empty()) {
+    std::fprintf(stderr, "phase_bench: --mb, --window and --ring need at least one value\n");
+    return 2;
   }
   const int max_ring = *std::max_element(rings.begin(), rings.end());
   if (unit < 16 || unit % 16 || phases < 2 || warps < 8 || producers < 1 || warps + producers > 32 || boundary < 0 ||

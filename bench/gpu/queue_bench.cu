@@ -27,11 +27,7 @@
 
 namespace {
 
-using kvtax::cuda::detail::bulk_copy;
-using kvtax::cuda::detail::mbar_expect_bytes;
-using kvtax::cuda::detail::mbar_init;
-using kvtax::cuda::detail::mbar_wait;
-using kvtax::cuda::detail::smem_addr;
+using namespace kvtax::cuda::detail;  // the bulk copies and mbarriers of cuda/mma.cuh
 
 void check(cudaError_t e, const char* what) { kvtax_bench::cuda_check(e, "queue_bench", what); }
 
