@@ -39,7 +39,7 @@ __device__ __forceinline__ void produce_tiles(const DecodeArgs& a, const uint8_t
   constexpr int kPerWarp = G::kWindow / kWarps;
   constexpr int kWin = kPerWarp < 1 ? 1 : kPerWarp < G::kStages ? kPerWarp : G::kStages - 1;
   const int w = lane;
-  const int tiles = n_tiles > w ? (n_tiles - w + kWarps - 1) / kWarps : 0;
+  const int tiles = warp_tiles(n_tiles, w);
   auto tile_t0 = [&](int j) { return c0 + (w + j * kWarps) * kTok; };
   auto page_of = [&](int j) { return __ldg(a.pages + (tile_t0(j) >> kPageShift)); };
   int32_t pg_next = w < kWarps && tiles > 0 ? page_of(0) : 0;
@@ -86,8 +86,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
       a.len_dev ? ((len + a.n_splits - 1) / a.n_splits + kChunkAlign - 1) / kChunkAlign * kChunkAlign : a.chunk;
   const int c0 = split * chunk, c1 = min(len, c0 + chunk);
   const int n_tiles = c0 < c1 ? (c1 - c0 + kTok - 1) / kTok : 0;
-  auto tiles_of = [&](int w) { return n_tiles > w ? (n_tiles - w + kWarps - 1) / kWarps : 0; };
-  const int my_tiles = tiles_of(warp);
+  const int my_tiles = warp_tiles(n_tiles, warp);
   const uint8_t* kh = a.pool + size_t(h) * a.head_stride;
 
   uint8_t* wb = smem + warp * G::kWarpBytes;

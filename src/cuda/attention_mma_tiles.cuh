@@ -21,6 +21,11 @@ constexpr int kWarps = 4, kThreads = 32 * kWarps, kTok = 16, kRows = kMmaGroupRo
 constexpr float kLog2e = 1.4426950408889634f;
 static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
 
+// Tiles of a chunk's n_tiles that warp w walks (tiles w, w + kWarps, ...): its own loop, and the producer warp's copies.
+__device__ __forceinline__ int warp_tiles(int n_tiles, int w) {
+  return n_tiles > w ? (n_tiles - w + kWarps - 1) / kWarps : 0;
+}
+
 // Stages of a split kernel's ring, per warp: as many as the shared memory of min_blocks blocks per SM holds (227 KB
 // per SM, 1 KB of it reserved per block; 256 bytes of static arrays), 2 to `cap`. A warp has (stages - 1) tiles in
 // flight, and the bytes in flight per SM are what a memory-bound loop waits on (Little's law), though the loaded
