@@ -40,12 +40,12 @@ __device__ __forceinline__ void produce_tiles(const DecodeArgs& a, const uint8_t
   constexpr int kWin = kPerWarp < 1 ? 1 : kPerWarp < G::kStages ? kPerWarp : G::kStages - 1;
   const int w = lane;
   const int tiles = warp_tiles(n_tiles, w);
-  auto tile_t0 = [&](int j) { return c0 + (w + j * kWarps) * kTok; };
+  auto tile_t0 = [&](int j) { return tile_start(c0, w, j); };
   auto page_of = [&](int j) { return __ldg(a.pages + (tile_t0(j) >> kPageShift)); };
   int32_t pg_next = w < kWarps && tiles > 0 ? page_of(0) : 0;
   if (!early) {  // the newest row is still being written: the first tiles go into L2 until the encode is done
     if (w < kWarps && tiles > 0) {
-      const uint8_t* kr = kh + size_t(pg_next) * a.page_bytes + size_t(tile_t0(0) & (kPageTokens - 1)) * G::kRow;
+      const uint8_t* kr = tile_rows<C, D>(a, kh, pg_next, tile_t0(0));
       prefetch_l2_bulk(kr, G::kHalfTile);
       prefetch_l2_bulk(kr + a.v_offset, G::kHalfTile);
     }
@@ -93,7 +93,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
   const uint32_t ws = smem_addr(wb);
   uint8_t* td = wb + G::kStages * G::kRaw;              // decoded K, then V tile (not used by f16 and kKReg)
   float* fac = reinterpret_cast<float*>(td + G::kTile);  // per-row factors of the tile: K 16, V 16 (kFold)
-  auto tile_t0 = [&](int j) { return c0 + (warp + j * kWarps) * kTok; };
+  auto tile_t0 = [&](int j) { return tile_start(c0, warp, j); };
   // Page-table entries are loaded a tile ahead of their copy: a copy that waited on its entry would expose a
   // memory round trip per tile (the asm memory clobbers keep the compiler from hoisting the load itself).
   auto page_of = [&](int j) { return j < my_tiles ? __ldg(a.pages + (tile_t0(j) >> kPageShift)) : 0; };
@@ -151,9 +151,7 @@ __device__ __forceinline__ void mma_split(const DecodeArgs& a) {
     start_copies();
   } else if (lane < 2 * (G::kStages - 1) && lane / 2 < my_tiles) {
     const int j = lane / 2;
-    prefetch_l2_bulk(kh + size_t(page_of(j)) * a.page_bytes + size_t(tile_t0(j) & (kPageTokens - 1)) * G::kRow +
-                         (lane % 2 ? a.v_offset : 0),
-                     G::kHalfTile);
+    prefetch_l2_bulk(tile_rows<C, D>(a, kh, page_of(j), tile_t0(j)) + (lane % 2 ? a.v_offset : 0), G::kHalfTile);
   }
   pdl_trigger();  // the merge may launch: it waits for this whole grid
   pdl_wait();

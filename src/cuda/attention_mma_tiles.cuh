@@ -25,6 +25,8 @@ static_assert(kPageTokens % kTok == 0 && kChunkAlign % kTok == 0);
 __device__ __forceinline__ int warp_tiles(int n_tiles, int w) {
   return n_tiles > w ? (n_tiles - w + kWarps - 1) / kWarps : 0;
 }
+// The first token of warp w's tile j in a chunk that starts at c0.
+__device__ __forceinline__ int tile_start(int c0, int w, int j) { return c0 + (w + j * kWarps) * kTok; }
 
 // Stages of a split kernel's ring, per warp: as many as the shared memory of min_blocks blocks per SM holds (227 KB
 // per SM, 1 KB of it reserved per block; 256 bytes of static arrays), 2 to `cap`. A warp has (stages - 1) tiles in
@@ -158,6 +160,12 @@ __device__ __forceinline__ int o_dim(int dn, int n) {
     return dn * 8 + n;
 }
 
+// The K rows of tokens t0 .. t0+15 of KV head `kh` in page `page` (their V rows lie a.v_offset further).
+template <CodecId C, int D>
+__device__ __forceinline__ const uint8_t* tile_rows(const DecodeArgs& a, const uint8_t* kh, int32_t page, int t0) {
+  return kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * Cfg<C, D>::kRow;
+}
+
 // Starts the copy of tokens t0 .. t0+15 of KV head `kh` (one page, `page`: t0 is a multiple of 16) into a stage.
 // Bytes past the first nvalid rows are zero-filled, not read, so those tokens decode to zeros (factor 0).
 template <CodecId C, int D>
@@ -165,7 +173,7 @@ __device__ __forceinline__ void issue_tile(const DecodeArgs& a, const uint8_t* k
                                            uint32_t stage, int lane) {
   using G = Cfg<C, D>;
   constexpr int kPieces = G::kHalfTile / 16;
-  const uint8_t* kr = kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * G::kRow;
+  const uint8_t* kr = tile_rows<C, D>(a, kh, page, t0);
   const int valid = nvalid * G::kRow;
 #pragma unroll
   for (int half = 0; half < 2; ++half) {
@@ -189,7 +197,7 @@ template <CodecId C, int D>
 __device__ __forceinline__ void issue_tile_bulk(const DecodeArgs& a, const uint8_t* kh, int32_t page, int t0,
                                                 uint32_t stage, uint32_t bar) {
   using G = Cfg<C, D>;
-  const uint8_t* kr = kh + size_t(page) * a.page_bytes + size_t(t0 & (kPageTokens - 1)) * G::kRow;
+  const uint8_t* kr = tile_rows<C, D>(a, kh, page, t0);
   mbar_expect_bytes(bar, G::kRaw);
   bulk_copy(stage, kr, G::kHalfTile, bar);
   bulk_copy<false>(stage + G::kHalfTile, kr + a.v_offset, G::kHalfTile, bar);
