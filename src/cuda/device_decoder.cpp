@@ -93,6 +93,7 @@ void CudaDecoder::init() {
   pick_.fill(0);
   pick_host_ = HostBuffer(4);
   if (const char* g = std::getenv("KVTAX_CUDA_GRAPH")) use_graph_ = std::string(g) != "0";
+  if (const char* w = std::getenv("KVTAX_SWIGLU_CODES")) swiglu_codes_ = std::string(w) != "0";
   if (const char* p = std::getenv("KVTAX_CUDA_PREFILL")) batched_ = std::string(p) != "0";
   for (const Buffer* p :
        {&x_, &xb_, &xb2_, &qkv_, &att_, &gu_, &logits_, &gemv_scratch_, &norm_scratch_, &ss_part_, &attn_scratch_, &io_,
@@ -396,6 +397,12 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     if (w.gate_up && !gemv_quantizes_x(w.gate_up->type())) {
       gemv(*w.gate_up, xb, gate, gs, s, read_xb(GemvFusion{nullptr, false, true}));
       down(gate, {});
+    } else if (w.gate_up && down_q && swiglu_codes_ && gemv_pair_codes_supported(*w.gate_up)) {
+      // gate|up reads xb's codes from the norm scratch and writes silu(gate) * up's into gs, where down finds them.
+      GemvFusion f{nullptr, true, true};
+      f.pair_codes = gs;
+      gemv(*w.gate_up, xb, nullptr, ns, s, read_xb(f));
+      down(nullptr, GemvFusion{nullptr, true});
     } else {
       if (w.gate_up) {
         gemv_xb(*w.gate_up, gate);

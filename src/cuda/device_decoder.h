@@ -113,6 +113,9 @@ class CudaDecoder : public DeviceDecoder {
   // GEMV's residual epilogue never overwrites codes its own blocks still read), and its blocks' sums of squares.
   Buffer norm_scratch_, ss_part_;
   bool fused_norm_ = true;  // the residual adds and norms run in the wo / down GEMVs (KVTAX_FUSED_NORM=0: kernels)
+  // Quantized gate|up weights write the int8 codes of silu(gate) * up for down (KVTAX_SWIGLU_CODES=0: down's own
+  // quantizer kernel makes them from gate and up).
+  bool swiglu_codes_ = true;
   Buffer io_;                     // int32 [3][n] of the current eval of n tokens: ids, positions, lengths (position
                                   // + 1); packed, so a decode step uploads 12 bytes (the graph is captured at n 1)
   int io_n_ = 1;

@@ -1,6 +1,7 @@
 #include "cuda/gemv.h"
 
 #include <algorithm>
+#include <cstdint>
 
 #include "core/error.h"
 #include "cuda/gemv_launch.h"
@@ -52,33 +53,52 @@ size_t gemv_scratch_bytes(int64_t cols) {
 
 bool gemv_quantizes_x(GgmlType t) { return detail::quantizes_x(t); }
 
+namespace {
+// The weight's part of a launch; scratch: where x's codes are found or made.
+detail::GemvArgs args_of(const DeviceWeight& w, bool pairs, void* scratch) {
+  detail::GemvArgs a{};
+  a.type = w.type();
+  a.w = w.data();
+  a.row_bytes = w.row_bytes();
+  a.rows = int(pairs ? w.rows() / 2 : w.rows());
+  a.cols = int(w.cols());
+  const detail::QuantX x = detail::gemv_quant_x(scratch, w.cols());
+  a.xq = x.xq, a.xd = x.xd, a.xs = x.xs;
+  return a;
+}
+}  // namespace
+
+bool gemv_pair_codes_supported(const DeviceWeight& w) {
+  if (!gemv_quantizes_x(w.type()) || w.rows() % 64 != 0) return false;
+  // The checks look at the scratches' alignment only: any 256-aligned address stands in for them.
+  void* scratch = reinterpret_cast<void*>(uintptr_t(256));
+  detail::GemvArgs a = args_of(w, true, scratch);
+  a.silu_pairs = true;
+  a.x_ready = true;
+  a.pair_q = detail::gemv_quant_x(scratch, a.rows);
+  return detail::staged_gemv_taken(a);
+}
+
 void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaStream_t stream,
           const GemvFusion& fuse) {
   const bool q = gemv_quantizes_x(w.type());
   if ((fuse.x_mul || fuse.x_in_scratch) && !q)
     fail("CUDA GEMV: {} weights multiply x as it is (no fused SwiGLU input or prequantized x)", ggml_type_name(w.type()));
-  if (fuse.silu_pairs && (q || w.rows() % 2 != 0))
-    fail("CUDA GEMV: SwiGLU pairs need float weights and an even number of rows ({} {} rows)",
+  if (fuse.silu_pairs && (w.rows() % 2 != 0 || q != bool(fuse.pair_codes)))
+    fail("CUDA GEMV: SwiGLU pairs need an even number of rows, and codes out for quantized weights only ({} {} rows)",
          ggml_type_name(w.type()), w.rows());
+  if (fuse.pair_codes && !gemv_pair_codes_supported(w))
+    fail("CUDA GEMV: SwiGLU codes out of {} {}x{} weights need the staged kernel and a multiple of 64 rows",
+         ggml_type_name(w.type()), w.rows(), w.cols());
+  if (fuse.pair_codes && !fuse.silu_pairs) fail("CUDA GEMV: codes out only for SwiGLU pairs");
   if (fuse.x_mul && fuse.x_in_scratch) fail("CUDA GEMV: x cannot be both in the scratch and multiplied");
   if (fuse.res && (fuse.silu_pairs || w.rows() % 32 != 0 || !fuse.norm_w || !fuse.ss_part))
     fail("CUDA GEMV: the residual epilogue needs rows in blocks of 32, norm weights and partial sums ({} rows)",
          w.rows());
   if (fuse.rms_part && (fuse.rms_n <= 0 || fuse.rms_n % 32 != 0))
     fail("CUDA GEMV: the norm prologue needs a width in blocks of 32 ({})", fuse.rms_n);
-  size_t xd, xs;
-  detail::gemv_scratch_layout(w.cols(), &xd, &xs);
-  uint8_t* s = static_cast<uint8_t*>(scratch);
-  detail::GemvArgs a{};
-  a.type = w.type();
-  a.w = w.data();
-  a.row_bytes = w.row_bytes();
-  a.rows = int(fuse.silu_pairs ? w.rows() / 2 : w.rows());
-  a.cols = int(w.cols());
+  detail::GemvArgs a = args_of(w, fuse.silu_pairs, scratch);
   a.x = x;
-  a.xq = reinterpret_cast<int8_t*>(s);
-  a.xd = reinterpret_cast<float*>(s + xd);
-  a.xs = reinterpret_cast<float*>(s + xs);
   a.y = y;
   a.x_mul = fuse.x_mul;
   a.x_ready = fuse.x_in_scratch;
@@ -92,6 +112,7 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
   a.rms_n = fuse.rms_n;
   a.rms_eps = fuse.rms_eps;
   a.blocks_per_sm = fuse.blocks_per_sm;
+  if (fuse.pair_codes) a.pair_q = detail::gemv_quant_x(fuse.pair_codes, a.rows);
   check(detail::launch_gemv(a, stream), "GEMV launch");
 }
 

@@ -248,7 +248,10 @@ bool g_staged = [] {
 void set_gemv_rows_per_warp(int r) { g_rows_per_warp = r; }
 void set_gemv_staged(bool on) { g_staged = on; }
 
+bool staged_gemv_taken(const GemvArgs& a) { return g_staged && g_rows_per_warp == 0 && staged_gemv_fits(a); }
+
 cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
+  if (a.silu_pairs && quantizes_x(a.type) && !staged_gemv_taken(a)) return cudaErrorInvalidValue;
   if (quantizes_x(a.type)) {
     if (!a.x_ready) {
       if (cudaError_t e = launch_pdl(quantize_x, (a.cols + 255) / 256, 256, st, a.x, a.x_mul, a.cols, a.xq, a.xd, a.xs);
@@ -258,8 +261,7 @@ cudaError_t launch_gemv(const GemvArgs& a, cudaStream_t st) {
   } else if (a.x_mul || a.x_ready) {
     return cudaErrorInvalidValue;  // float weights multiply x as it is
   }
-  if (a.silu_pairs && quantizes_x(a.type)) return cudaErrorInvalidValue;
-  if (g_staged && g_rows_per_warp == 0 && staged_gemv_fits(a)) return launch_gemv_staged(a, st);
+  if (staged_gemv_taken(a)) return launch_gemv_staged(a, st);
   // Rows per warp for the quantized kernels: more rows reuse x more but leave fewer warps in flight. On the
   // H200 (2026-11-30, bench/gpu part a) 2 rows helped Q4_K on 14336x4096 (44 -> 51% of copy bandwidth) and 1
   // row was best for Q8_0 and Q4_0 (2 and 4 rows lost up to 20%).

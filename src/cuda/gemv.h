@@ -57,8 +57,10 @@ struct GemvFusion {
   const float* x_mul = nullptr;
   // Quantized types: the scratch already holds x's int8 codes (ops::add_rmsnorm wrote them); x is not read.
   bool x_in_scratch = false;
-  // Float types, an even number of rows (gate|up stacked): y[r] = silu(W_r x) * W_(r + rows/2) x for
-  // r < rows/2 (y has rows/2 values).
+  // An even number of rows (gate|up stacked): y[r] = silu(W_r x) * W_(r + rows/2) x for r < rows/2 (y has rows/2
+  // values). Quantized types write the int8 codes of those values into pair_codes (a GEMV scratch of rows/2 columns,
+  // which the down GEMV then reads with x_in_scratch) instead of y: no x pass of down's own. They need rows/2 in
+  // blocks of 32 and the staged kernel (gemv_pair_codes_supported).
   bool silu_pairs = false;
   // The residual add and the next RMS norm, spread over the GEMV's blocks (the decode step's wo and down), so no
   // one-block norm kernel sits between two GEMVs: y is not written; res[r] += W_r x; then norm_x[r] = res[r] *
@@ -80,7 +82,11 @@ struct GemvFusion {
   // At most this many blocks per SM (0: as many as fit): a GEMV after a residual GEMV whose blocks all fit beside
   // that one's, so that all of them copy their first units before their wait.
   int blocks_per_sm = 0;
+  void* pair_codes = nullptr;  // silu_pairs of quantized weights: where their codes go
 };
+
+// Whether gemv() takes w with silu_pairs and pair_codes (quantized, staged kernel on, rows/2 in blocks of 32).
+bool gemv_pair_codes_supported(const DeviceWeight& w);
 
 // x: device [cols] f32, y: device [rows] f32. scratch: gemv_scratch_bytes(cols), where a quantized GEMV finds or
 // makes x's codes.

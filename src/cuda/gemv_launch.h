@@ -30,7 +30,9 @@ struct GemvArgs {
   float* y;
   const float* x_mul = nullptr;  // quantized types: multiply silu(x) * x_mul (the FFN's gate and up)
   bool x_ready = false;          // quantized types: xq/xd/xs already hold x's codes (the fused norm wrote them)
-  bool silu_pairs = false;       // float types: y[r] = silu(W_r x) * W_(r + rows) x, r < rows
+  bool silu_pairs = false;       // y[r] = silu(W_r x) * W_(r + rows) x, r < rows (quantized types: into pair_q)
+  // Quantized silu_pairs (GemvFusion::pair_codes): blocks of 32 output rows write their int8 codes here; y unused.
+  QuantX pair_q;
   // Residual epilogue (gemv.h, GemvFusion::res): blocks of 32 rows; y unused.
   float* res = nullptr;
   const float* norm_w = nullptr;
@@ -66,6 +68,8 @@ void set_gemv_staged(bool on);
 // The kernel with weights staged through shared memory (gemv_staged.cu): sm_90, Q8_0 / Q4_0 / Q4_K / F16 / BF16 rows
 // of whole 16-byte runs, x (or its codes) fitting beside the stages. launch_gemv takes it where it fits.
 bool staged_gemv_fits(const GemvArgs& a);
+// Quantized SwiGLU pairs run only in the staged kernel: whether launch_gemv takes `a` there (not switched off).
+bool staged_gemv_taken(const GemvArgs& a);
 cudaError_t launch_gemv_staged(const GemvArgs& a, cudaStream_t stream);
 
 }  // namespace kvtax::cuda::detail

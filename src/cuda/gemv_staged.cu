@@ -50,7 +50,7 @@ constexpr int warps_of(bool res, bool float_w, int cols) {
 }
 constexpr int min_blocks(bool res, int warps) { return res ? 1 : 32 / warps; }  // 64 registers either way
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
-constexpr int kResRows = 32;       // rows of a block with the residual epilogue (residual_epilogue's 32 lanes)
+constexpr int kResRows = 32;       // rows of a block with an epilogue over 32 rows (residual, or SwiGLU codes)
 
 // A block's shared memory: each warp's stages, their barriers, 32 row results, the norm's 1/rms and (RES) the 32 rows'
 // residual and norm weights, then x (float types as floats; quantized ones as int8 codes, then their scales and
@@ -73,10 +73,13 @@ size_t smem_bytes(int warps, GgmlType t, int cols) {
 // RES: blocks of 32 rows with the residual epilogue, kResRows / warps rows per warp. Otherwise every block is
 // resident (the grid is what fits at once) and warp w of all W takes rows [rows w / W, rows (w + 1) / W):
 // contiguous bytes, balanced to a row.
-// PAIRS (float types): output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows.
+// PAIRS: output row r is silu(W_r x) * W_(r + rows) x, the warp streaming row r, then row r + rows. Quantized
+// weights take them in blocks of 32 rows too, and write their int8 codes (a.pair_q) for the down GEMV: the codes of
+// 32 values need all 32 in one block, and down then skips a quantizer kernel of its own.
 template <GgmlType T, bool RES, bool PAIRS, int kWarps>
 __device__ __forceinline__ void gemv_staged(const GemvArgs& a) {
   constexpr int kThreads = 32 * kWarps, S = kStages;
+  constexpr bool kCodes = PAIRS && !kFloat<T>, kBlock32 = RES || kCodes;
   using F = Slot<T>;
   using L = SmemLayout<kWarps, S>;
   constexpr int kUnitSlots = F::kUnitSlots, kPerLane = kUnitSlots / 32, kChunks = F::kValues * (kFloat<T> ? 4 : 1) / 16;
@@ -90,7 +93,7 @@ __device__ __forceinline__ void gemv_staged(const GemvArgs& a) {
   const int warp = threadIdx.x / 32, lane = threadIdx.x % 32;
   constexpr bool kBatchX = !kFloat<T> && kWarps == 16;  // quantized blocks of 16 warps: wide rows, residual blocks
   int r_begin, r_end;
-  if constexpr (RES) {
+  if constexpr (kBlock32) {
     r_begin = blockIdx.x * kResRows + warp * (kResRows / kWarps);
     r_end = r_begin + kResRows / kWarps;
   } else {
@@ -202,14 +205,18 @@ __device__ __forceinline__ void gemv_staged(const GemvArgs& a) {
       continue;
     }
     if (lane == 0) {
-      if constexpr (RES) misc[row - blockIdx.x * kResRows] = v;
-      else a.y[row] = PAIRS ? silu_mul(first, v) : v;
+      const float out = PAIRS ? silu_mul(first, v) : v;
+      if constexpr (kBlock32) misc[row - blockIdx.x * kResRows] = out;
+      else a.y[row] = out;
     }
     part = 0, ++row;
   }
   if constexpr (RES) {
     __syncthreads();
     residual_epilogue(a, misc, misc + kMiscRes);
+  } else if constexpr (kCodes) {
+    __syncthreads();
+    if (warp == 0) quantize_x_block32(misc[lane], blockIdx.x * kResRows, a.pair_q.xq, a.pair_q.xd, a.pair_q.xs);
   }
 }
 
@@ -261,8 +268,9 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
     }
   }
   if (a.blocks_per_sm > 0) fit = std::min(fit, a.blocks_per_sm * sm_count());
-  int grid = RES ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
-  if (!RES && (T == GgmlType::Q4_0 || T == GgmlType::Q4_K)) {
+  constexpr bool kBlock32 = RES || (PAIRS && !kFloat<T>);
+  int grid = kBlock32 ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
+  if (!kBlock32 && (T == GgmlType::Q4_0 || T == GgmlType::Q4_K)) {
     // The 4-bit rows cost their warps instructions more than bytes: where whole rows split unevenly over the warps
     // (the largest share 10% or more above the mean), fewer warps with equal shares finish sooner. 14336x4096 with x
     // ready: 3.39 rows a warp, Q4_K 78.9% of copy, Q4_0 82.2-82.5%; 4 rows each on 3584 warps, 84.1-84.8% and
@@ -280,9 +288,10 @@ cudaError_t launch(const GemvArgs& a, cudaStream_t st) {
   if (a.res) return launch_kernel<T, true>(a, st);
   if constexpr (kFloat<T>) {
     if (a.silu_pairs) return launch_kernel<T, false, true>(a, st);
-  }
-  if constexpr (!kFloat<T>) {
-    if (warps_of(false, false, a.cols) == 16) return launch_kernel<T, false, false, 16>(a, st);
+  } else if (warps_of(false, false, a.cols) == 16) {
+    return a.silu_pairs ? launch_kernel<T, false, true, 16>(a, st) : launch_kernel<T, false, false, 16>(a, st);
+  } else if (a.silu_pairs) {
+    return launch_kernel<T, false, true>(a, st);
   }
   return launch_kernel<T, false>(a, st);
 }
@@ -298,8 +307,9 @@ bool staged_gemv_fits(const GemvArgs& a) {
     return m;
   }();
   if (major < 9) return false;  // no bulk copy engine before sm_90
-  if (!staged_type(a.type) || (a.silu_pairs && (a.res || !float_type(a.type))))
-    return false;
+  if (!staged_type(a.type) || (a.silu_pairs && a.res)) return false;
+  if (a.silu_pairs && !float_type(a.type) && (!a.pair_q.xq || a.rows % kResRows != 0))
+    return false;  // quantized pairs: codes out, in blocks of 32 rows
   if (a.cols % 256 != 0 || a.row_bytes % 16 != 0 || reinterpret_cast<uintptr_t>(a.w) % 16 != 0)
     return false;  // copies are whole 16-byte runs: rows of whole 8-block (Q4_K: super-block) groups
   if (reinterpret_cast<uintptr_t>(a.x) % 16 != 0 && float_type(a.type))

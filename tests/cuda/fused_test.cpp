@@ -6,6 +6,7 @@
 
 #include <algorithm>
 #include <cmath>
+#include <string>
 #include <vector>
 
 #include "core/error.h"
@@ -229,6 +230,61 @@ TEST(CudaFused, SwigluMatchesTheSeparateKernel) {
     cuda::gemv(down, gd.as<float>(), y2.as<float>(), s.get());
     EXPECT_EQ(max_rel_diff(download(y1, rows), download(y2, rows)), 0.0) << ggml_type_name(t);
   }
+}
+
+// Quantized gate|up with codes out (GemvFusion::pair_codes): the int8 codes of silu(gate) * up that it writes are the
+// ones down's own x pass makes from a plain gate|up GEMV's two halves, so down gives the same output bit for bit.
+// Both block widths of the staged kernel (8 warps, and 16 from 8192 columns), x's codes from the GEMV's own
+// quantizer and from a scratch (the decode step's), poisoned scratches; and where it is not served, an error.
+TEST(CudaFused, GateUpWritesTheSwigluCodes) {
+  REQUIRE_GPU();
+  uint32_t seed = 3000;
+  const int ff = 256, rows = 100;  // gate|up 2 ff x d, down rows x ff (Q4_K: ff in whole super-blocks)
+  for (const int d : {1024, 8192})
+  for (GgmlType t : {GgmlType::Q8_0, GgmlType::Q4_0, GgmlType::Q4_K}) {
+    SCOPED_TRACE(std::string(ggml_type_name(t)) + " d " + std::to_string(d));
+    cuda::DeviceWeight gu = random_weight(t, 2 * ff, d, seed++), down = random_weight(t, rows, ff, seed++);
+    ASSERT_TRUE(cuda::gemv_pair_codes_supported(gu));
+    auto xv = random_normal(d, seed++);
+    xv[5] = 30.0f;
+    cuda::Buffer x = upload(xv), xs(cuda::gemv_scratch_bytes(d)), gate(2 * ff * 4), y1(rows * 4), y2(rows * 4);
+    cuda::Buffer s1(cuda::gemv_scratch_bytes(ff)), codes(cuda::gemv_scratch_bytes(ff));
+    for (cuda::Buffer* b : {&gate, &y1, &y2, &s1, &codes}) b->fill(0xff);
+    // Unfused: gate|up into floats, then down quantizes silu(gate) * up in its x pass.
+    cuda::gemv(gu, x.as<float>(), gate.as<float>(), xs.get());
+    cuda::gemv(down, gate.as<float>(), y1.as<float>(), s1.get(), nullptr, cuda::GemvFusion{gate.as<float>() + ff});
+    // Fused, x's codes made by the GEMV's quantizer: gate|up writes the codes, down reads them.
+    cuda::GemvFusion f{nullptr, false, true};
+    f.pair_codes = codes.get();
+    cuda::gemv(gu, x.as<float>(), nullptr, xs.get(), nullptr, f);
+    cuda::gemv(down, nullptr, y2.as<float>(), codes.get(), nullptr, cuda::GemvFusion{nullptr, true});
+    EXPECT_EQ(max_rel_diff(download(y2, rows), download(y1, rows)), 0.0);
+    // Fused again with x's codes already in the scratch (xs still holds them from the call above).
+    codes.fill(0xff);
+    y2.fill(0xff);
+    f.x_in_scratch = true;
+    cuda::gemv(gu, nullptr, nullptr, xs.get(), nullptr, f);
+    cuda::gemv(down, nullptr, y2.as<float>(), codes.get(), nullptr, cuda::GemvFusion{nullptr, true});
+    EXPECT_EQ(max_rel_diff(download(y2, rows), download(y1, rows)), 0.0);
+  }
+  // Not served: float weights, a half that is not whole blocks of 32 rows, the register-fed kernel.
+  cuda::DeviceWeight f16 = random_weight(GgmlType::F16, 128, 256, seed++), odd = random_weight(GgmlType::Q8_0, 96, 256, seed++);
+  cuda::DeviceWeight q = random_weight(GgmlType::Q4_K, 128, 256, seed++);
+  cuda::Buffer x(256 * 4), s(cuda::gemv_scratch_bytes(256)), c(cuda::gemv_scratch_bytes(64));
+  cuda::GemvFusion f{nullptr, false, true};
+  f.pair_codes = c.get();
+  EXPECT_FALSE(cuda::gemv_pair_codes_supported(f16));
+  EXPECT_FALSE(cuda::gemv_pair_codes_supported(odd));
+  EXPECT_THROW(cuda::gemv(f16, x.as<float>(), nullptr, s.get(), nullptr, f), Error);
+  EXPECT_THROW(cuda::gemv(odd, x.as<float>(), nullptr, s.get(), nullptr, f), Error);
+  struct StagedAgain {
+    ~StagedAgain() { cuda::set_gemv_staged(true); }
+  } staged_again;
+  cuda::set_gemv_staged(false);
+  EXPECT_FALSE(cuda::gemv_pair_codes_supported(q));
+  EXPECT_THROW(cuda::gemv(q, x.as<float>(), nullptr, s.get(), nullptr, f), Error);
+  cuda::set_gemv_staged(true);
+  EXPECT_TRUE(cuda::gemv_pair_codes_supported(q));
 }
 
 // The decode step's residual epilogue (GemvFusion::res: a GEMV adds its rows into the residual stream and makes the
