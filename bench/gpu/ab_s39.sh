@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # Session 39's A/B call on the GPU machine (carry .gpucarry): SwiGLU codes out of gate|up (KVTAX_SWIGLU_CODES, one
-# binary) and fp8's split kernel at 3 blocks per SM (variant f3), Q4_K llama3-8b shape, rounds alternated.
-# Here: bash bench/gpu/carry.sh pack build/release; bash bench/gpu/variants.sh build/release f3=s39-f3 -- \
+# binary) and fp8's split kernel at 3 blocks per SM (variant f3: Cfg::kMinBlocks 3 for fp8's GQA form, measured slower
+# and not kept; docs/perf.md, session 39), Q4_K llama3-8b shape, rounds alternated.
+# Here: bash bench/gpu/carry.sh pack build/release; bash bench/gpu/variants.sh build/release f3=BRANCH -- \
 #   kvtax_cuda_tests kvtax_gpu_bench kvtax_gpu_decode_bench
 # There: bash bench/gpu/ab_s39.sh (AB_BUDGET seconds, default 500, bounds the rounds).
 set -u
