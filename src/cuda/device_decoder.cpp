@@ -381,8 +381,9 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
     decode_attention(host_len > 0 ? view(l, host_len) : view(l, 1, len), q, nh, att, attn_scratch_.get(), s,
                      wo_codes ? gs : nullptr, q_rot);
     end_block(*w.wo, att, GemvFusion{nullptr, wo_codes}, w.ffn_norm.as<float>(), ffn_in(w), fused_norm_);
-    // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized down weights
-    // take it in their pass over x; otherwise a kernel of its own.
+    // SwiGLU: float gate|up weights compute silu(gate) * up in their GEMV's epilogue; quantized gate|up weights
+    // write its codes for a quantized down; else quantized down weights take it in their pass over x; otherwise a
+    // kernel of its own.
     const bool down_q = gemv_quantizes_x(w.down->type());
     // down ends the layer: the next layer's norm follows, or after the last layer the output norm, fused where the
     // step fuses; with no logits wanted, only the residual add.
@@ -398,7 +399,9 @@ void CudaDecoder::launch_token(int t, int host_len, bool logits) {
       gemv(*w.gate_up, xb, gate, gs, s, read_xb(GemvFusion{nullptr, false, true}));
       down(gate, {});
     } else if (w.gate_up && down_q && swiglu_codes_ && gemv_pair_codes_supported(*w.gate_up)) {
-      // gate|up reads xb's codes from the norm scratch and writes silu(gate) * up's into gs, where down finds them.
+      // gate|up reads xb's codes from the norm scratch and writes silu(gate) * up's into gs, where down finds them:
+      // no quantizer kernel between the two. H100, Q4_K weights: -0.03..-0.06 ms a step with fp8 and q4r KV at 32k
+      // and 128k, f16 KV unchanged (session 39, A/B in one call).
       GemvFusion f{nullptr, true, true};
       f.pair_codes = gs;
       gemv(*w.gate_up, xb, nullptr, ns, s, read_xb(f));
