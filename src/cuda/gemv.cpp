@@ -85,7 +85,7 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
   if ((fuse.x_mul || fuse.x_in_scratch) && !q)
     fail("CUDA GEMV: {} weights multiply x as it is (no fused SwiGLU input or prequantized x)", ggml_type_name(w.type()));
   if (fuse.silu_pairs && (w.rows() % 2 != 0 || q != bool(fuse.pair_codes)))
-    fail("CUDA GEMV: SwiGLU pairs need an even number of rows, and codes out for quantized weights only ({} {} rows)",
+    fail("CUDA GEMV: SwiGLU pairs need an even row count, and codes out for quantized weights only ({} {} rows)",
          ggml_type_name(w.type()), w.rows());
   if (fuse.pair_codes && !gemv_pair_codes_supported(w))
     fail("CUDA GEMV: SwiGLU codes out of {} {}x{} weights need the staged kernel and a multiple of 64 rows",

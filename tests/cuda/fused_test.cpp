@@ -268,7 +268,8 @@ TEST(CudaFused, GateUpWritesTheSwigluCodes) {
     EXPECT_EQ(max_rel_diff(download(y2, rows), download(y1, rows)), 0.0);
   }
   // Not served: float weights, a half that is not whole blocks of 32 rows, the register-fed kernel.
-  cuda::DeviceWeight f16 = random_weight(GgmlType::F16, 128, 256, seed++), odd = random_weight(GgmlType::Q8_0, 96, 256, seed++);
+  cuda::DeviceWeight f16 = random_weight(GgmlType::F16, 128, 256, seed++);
+  cuda::DeviceWeight odd = random_weight(GgmlType::Q8_0, 96, 256, seed++);
   cuda::DeviceWeight q = random_weight(GgmlType::Q4_K, 128, 256, seed++);
   cuda::Buffer x(256 * 4), s(cuda::gemv_scratch_bytes(256)), c(cuda::gemv_scratch_bytes(64));
   cuda::GemvFusion f{nullptr, false, true};
