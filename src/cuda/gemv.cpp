@@ -87,10 +87,10 @@ void gemv(const DeviceWeight& w, const float* x, float* y, void* scratch, cudaSt
   if (fuse.silu_pairs && (w.rows() % 2 != 0 || q != bool(fuse.pair_codes)))
     fail("CUDA GEMV: SwiGLU pairs need an even row count, and codes out for quantized weights only ({} {} rows)",
          ggml_type_name(w.type()), w.rows());
+  if (fuse.pair_codes && !fuse.silu_pairs) fail("CUDA GEMV: codes out only for SwiGLU pairs");
   if (fuse.pair_codes && !gemv_pair_codes_supported(w))
     fail("CUDA GEMV: SwiGLU codes out of {} {}x{} weights need the staged kernel and a multiple of 64 rows",
          ggml_type_name(w.type()), w.rows(), w.cols());
-  if (fuse.pair_codes && !fuse.silu_pairs) fail("CUDA GEMV: codes out only for SwiGLU pairs");
   if (fuse.x_mul && fuse.x_in_scratch) fail("CUDA GEMV: x cannot be both in the scratch and multiplied");
   if (fuse.res && (fuse.silu_pairs || w.rows() % 32 != 0 || !fuse.norm_w || !fuse.ss_part))
     fail("CUDA GEMV: the residual epilogue needs rows in blocks of 32, norm weights and partial sums ({} rows)",

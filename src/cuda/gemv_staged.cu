@@ -51,6 +51,8 @@ constexpr int warps_of(bool res, bool float_w, int cols) {
 constexpr int min_blocks(bool res, int warps) { return res ? 1 : 32 / warps; }  // 64 registers either way
 constexpr int kStageBytes = 2304;  // the largest unit: 64 slots of 36 bytes (Q4_K, Q4_0)
 constexpr int kResRows = 32;       // rows of a block with an epilogue over 32 rows (residual, or SwiGLU codes)
+// Blocks of kResRows rows: the residual epilogue, and quantized SwiGLU pairs (their codes, per 32 values).
+constexpr bool block32(GgmlType t, bool res, bool pairs) { return res || (pairs && !float_type(t)); }
 
 // A block's shared memory: each warp's stages, their barriers, 32 row results, the norm's 1/rms and (RES) the 32 rows'
 // residual and norm weights, then x (float types as floats; quantized ones as int8 codes, then their scales and
@@ -79,7 +81,7 @@ size_t smem_bytes(int warps, GgmlType t, int cols) {
 template <GgmlType T, bool RES, bool PAIRS, int kWarps>
 __device__ __forceinline__ void gemv_staged(const GemvArgs& a) {
   constexpr int kThreads = 32 * kWarps, S = kStages;
-  constexpr bool kCodes = PAIRS && !kFloat<T>, kBlock32 = RES || kCodes;
+  constexpr bool kCodes = PAIRS && !kFloat<T>, kBlock32 = block32(T, RES, PAIRS);
   using F = Slot<T>;
   using L = SmemLayout<kWarps, S>;
   constexpr int kUnitSlots = F::kUnitSlots, kPerLane = kUnitSlots / 32, kChunks = F::kValues * (kFloat<T> ? 4 : 1) / 16;
@@ -268,7 +270,7 @@ cudaError_t launch_kernel(const GemvArgs& a, cudaStream_t st) {
     }
   }
   if (a.blocks_per_sm > 0) fit = std::min(fit, a.blocks_per_sm * sm_count());
-  constexpr bool kBlock32 = RES || (PAIRS && !kFloat<T>);
+  constexpr bool kBlock32 = block32(T, RES, PAIRS);
   int grid = kBlock32 ? a.rows / kResRows : std::max(1, std::min(fit, (a.rows + kWarps - 1) / kWarps));
   if (!kBlock32 && (T == GgmlType::Q4_0 || T == GgmlType::Q4_K)) {
     // The 4-bit rows cost their warps instructions more than bytes: where whole rows split unevenly over the warps
